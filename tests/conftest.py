@@ -1,0 +1,37 @@
+"""Shared fixtures: real assets from ../shared (never copied into the repo)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _shared_dir() -> Path:
+    return Path(os.environ.get("VTREPRO_SHARED", REPO_ROOT.parent / "shared")).resolve()
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    path = _shared_dir()
+    if not path.is_dir():
+        pytest.skip(f"real test assets not found at {path} (set VTREPRO_SHARED)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def data_dir(shared_dir: Path) -> Path:
+    """BEIR data root: contains beir/<dataset>/."""
+    return shared_dir / "data"
+
+
+@pytest.fixture(scope="session")
+def models_dir(shared_dir: Path) -> Path:
+    return shared_dir / "models"
+
+
+@pytest.fixture(scope="session")
+def splade_tiny(models_dir: Path) -> Path:
+    return models_dir / "splade-tiny"
