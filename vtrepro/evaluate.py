@@ -1,8 +1,8 @@
 """Score TREC runs with pytrec_eval: nDCG@10, R@100, R@1000, MRR@10, rounded to 4 decimals.
 
 ``python -m vtrepro.evaluate --run run.trec --qrels qrels.tsv`` (or ``--dataset``) prints the scores.
-Means are over the queries that have both judgements and results, as trec_eval (and so Pyserini's
-published BEIR figures) computes them.
+Means are over every judged query, a query without results scoring 0: ``trec_eval -c``, which is
+how Pyserini's published BEIR figures are computed.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _top_k(run: Run, k: int) -> Run:
 def evaluate_run(
     run: Run, qrels: dict[str, dict[str, int]], metrics: tuple[str, ...] = DEFAULT_METRICS
 ) -> dict[str, float]:
-    """Mean of each metric over judged queries that have results, rounded to 4 decimals."""
+    """Mean of each metric over all judged queries (no results = 0), rounded to 4 decimals."""
     judged_run = {qid: hits for qid, hits in run.items() if qid in qrels and hits}
     if not judged_run:
         raise VtreproError("the run has no results for any judged query: check that query ids match the qrels")
@@ -56,7 +56,7 @@ def evaluate_run(
             evaluator = pytrec_eval.RelevanceEvaluator(qrels, {f"{measure}.{cutoff}"})
             per_query = evaluator.evaluate(judged_run)
             values = [result[f"{measure}_{cutoff}"] for result in per_query.values()]
-        scores[metric] = round(sum(values) / len(values), 4)
+        scores[metric] = round(sum(values) / len(qrels), 4)
     return scores
 
 

@@ -1,0 +1,285 @@
+"""Run a regression spec end to end and check every score against its pinned value.
+
+``python -m vtrepro.regress --spec regressions/beir_splade_tiny.yaml`` encodes each corpus into
+quantized JSON vectors, builds an Anserini impact index (or a BM25 index), searches it, scores the
+run with pytrec_eval and compares each metric with the spec (exactly, at 4 decimals) and with the
+published reference where the spec gives one. Exit status: 0 all OK, 1 any FAIL, 2 bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable
+
+from vtrepro.errors import EXIT_MISMATCH, EXIT_OK, VtreproError, cli_entry
+from vtrepro.io import atomic_write, write_json
+from vtrepro.spec import Condition, DatasetRun, Spec, load_spec, record_observed
+
+STATUS_OK, STATUS_FAIL, STATUS_UNPINNED, STATUS_SKIPPED = "OK", "FAIL", "UNPINNED", "SKIPPED"
+
+
+@dataclass
+class ResultRow:
+    condition: str
+    dataset: str
+    metric: str
+    kind: str  # "score" (pinned), "reference" (published), "index" (index statistic)
+    expected: float | int | None
+    observed: float | int | None
+    status: str
+
+
+@dataclass
+class Observation:
+    scores: dict[str, float]
+    index: dict[str, int]
+    seconds: float
+
+
+def _same(expected: float | int, observed: float | int) -> bool:
+    return f"{expected:.4f}" == f"{observed:.4f}"
+
+
+def compare(condition: Condition, dataset: DatasetRun, observation: Observation) -> list[ResultRow]:
+    """Rows for one dataset: pinned index stats, pinned scores, published references."""
+    rows = []
+    for stat, observed in observation.index.items():
+        if stat in dataset.index:
+            expected = dataset.index[stat]
+            status = STATUS_UNPINNED if expected is None else (STATUS_OK if expected == observed else STATUS_FAIL)
+            rows.append(ResultRow(condition.name, dataset.name, stat, "index", expected, observed, status))
+    for metric, observed in observation.scores.items():
+        expected = dataset.scores.get(metric)
+        status = STATUS_UNPINNED if expected is None else (STATUS_OK if _same(expected, observed) else STATUS_FAIL)
+        rows.append(ResultRow(condition.name, dataset.name, metric, "score", expected, observed, status))
+    for metric, published in dataset.reference.items():
+        within = abs(round(observation.scores[metric], 4) - published) <= condition.reference_tolerance + 1e-9
+        rows.append(ResultRow(condition.name, dataset.name, metric, "reference", published,
+                              observation.scores[metric], STATUS_OK if within else STATUS_FAIL))
+    return rows
+
+
+def compare_averages(condition: Condition, observations: dict[str, Observation]) -> list[ResultRow]:
+    """The condition's published averages, checked only when every one of its datasets ran."""
+    rows = []
+    complete = all(dataset.name in observations for dataset in condition.datasets)
+    for metric, published in condition.reference_average.items():
+        if not complete:
+            rows.append(ResultRow(condition.name, "average", metric, "reference", published, None, STATUS_SKIPPED))
+            continue
+        mean = round(sum(obs.scores[metric] for obs in observations.values()) / len(observations), 4)
+        within = abs(mean - published) <= condition.reference_tolerance + 1e-9
+        rows.append(ResultRow(condition.name, "average", metric, "reference", published, mean,
+                              STATUS_OK if within else STATUS_FAIL))
+    return rows
+
+
+class ConditionRunner:
+    """Runs one condition over datasets, keeping artifacts under ``<output>/<condition>/<dataset>/``."""
+
+    def __init__(self, condition: Condition, spec: Spec, output: Path, model_dir: str | None, threads: int):
+        self.condition, self.spec, self.output = condition, spec, output
+        self.model_dir, self.threads = model_dir, threads
+        self._encoder = None
+
+    @property
+    def encoder(self):
+        if self._encoder is None:
+            from vtrepro.encoder import SpladeEncoder
+
+            settings = self.condition.encoder
+            self._encoder = SpladeEncoder(
+                self.condition.model,
+                model_dir=self.model_dir,
+                max_length_doc=settings.max_length_doc,
+                max_length_query=settings.max_length_query,
+                batch_size=settings.batch_size,
+                trust_remote_code=self.condition.trust_remote_code,
+            )
+        return self._encoder
+
+    def run(self, dataset_run: DatasetRun, dataset) -> Observation:
+        from vtrepro.evaluate import evaluate_run
+        from vtrepro.search import write_trec_run
+
+        started = time.perf_counter()
+        artifacts = self.output / self.condition.name / dataset_run.name
+        queries = dataset.queries(dataset_run.split)
+        qrels = dataset.qrels(dataset_run.split)
+        if self.condition.retrieval == "bm25":
+            run, stats = self._bm25(dataset, queries, artifacts)
+        else:
+            run, stats = self._impact(dataset, queries, artifacts)
+        write_trec_run(run, artifacts / "run.trec", tag=f"vtrepro-{self.condition.name}")
+        scores = evaluate_run(run, qrels, self.spec.metrics)
+        return Observation(scores, {key: stats[key] for key in ("documents", "total_terms")},
+                           round(time.perf_counter() - started, 1))
+
+    def _bm25(self, dataset, queries: dict[str, str], artifacts: Path):
+        from vtrepro.index import build_bm25_index
+        from vtrepro.search import search_bm25
+
+        documents = ((document.doc_id, document.contents) for document in dataset.corpus())
+        stats = build_bm25_index(documents, artifacts / "index", threads=1)
+        run = search_bm25(artifacts / "index", queries, self.spec.k, self.threads, **self.condition.bm25)
+        return run, stats
+
+    def _impact(self, dataset, queries: dict[str, str], artifacts: Path):
+        from vtrepro.encode import QUERIES_NAME, VECTORS_DIRNAME, encode_corpus, encode_queries
+        from vtrepro.index import build_impact_index, check_against_manifest
+        from vtrepro.search import search_impact
+
+        quantization = self.condition.quantization
+        manifest = encode_corpus(self.encoder, dataset.corpus(), artifacts, quantization)
+        query_vectors = encode_queries(self.encoder, queries, artifacts / QUERIES_NAME, quantization)
+        stats = build_impact_index(artifacts / VECTORS_DIRNAME, artifacts / "index", threads=1)
+        check_against_manifest(stats, manifest)
+        run = search_impact(artifacts / "index", query_vectors, self.spec.k, self.threads)
+        return run, stats
+
+
+def _selected(spec: Spec, datasets: str | None) -> Iterable[tuple[Condition, DatasetRun]]:
+    wanted = None
+    if datasets:
+        wanted = [name.strip() for name in datasets.split(",") if name.strip()]
+        known = {dataset.name for condition in spec.conditions for dataset in condition.datasets}
+        unknown = [name for name in wanted if name not in known]
+        if unknown:
+            raise VtreproError(
+                f"--datasets names {', '.join(unknown)}, which {spec.path} does not list; choose from {', '.join(sorted(known))}"
+            )
+    for condition in spec.conditions:
+        for dataset in condition.datasets:
+            if wanted is None or dataset.name in wanted:
+                yield condition, dataset
+
+
+def format_table(rows: list[ResultRow]) -> str:
+    header = ("condition", "dataset", "metric", "expected", "observed", "status")
+
+    def show(value) -> str:
+        if value is None:
+            return "-"
+        return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+    lines = [(row.condition, row.dataset, row.metric + (" (ref)" if row.kind == "reference" else ""),
+              show(row.expected), show(row.observed), row.status) for row in rows]
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *lines)]
+    return "\n".join("  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)).rstrip()
+                     for line in [header, *lines])
+
+
+def _environment() -> dict[str, str]:
+    import importlib.metadata as metadata
+
+    versions = {name: metadata.version(name) for name in ("vtrepro", "torch", "transformers", "pyserini")}
+    return {"python": platform.python_version(), "machine": platform.machine(), **versions}
+
+
+def write_report(spec: Spec, rows: list[ResultRow], timings: dict[str, float], out_dir: Path, argv: list[str]) -> None:
+    write_json(out_dir / "results.json", {
+        "spec": str(spec.path), "environment": _environment(), "timings_seconds": timings,
+        "rows": [asdict(row) for row in rows],
+    })
+    failed = sum(row.status in (STATUS_FAIL, STATUS_UNPINNED) for row in rows)
+    with atomic_write(out_dir / "report.md") as handle:
+        handle.write(f"# Regression report: {spec.name}\n\n{spec.description}\n\n")
+        handle.write(f"Command: `python -m vtrepro.regress {' '.join(argv)}`\n\n")
+        handle.write("Environment: " + ", ".join(f"{k} {v}" for k, v in _environment().items()) + "\n\n")
+        handle.write(f"Result: {'all OK' if not failed else f'{failed} row(s) not OK'}\n\n")
+        handle.write("| condition | dataset | metric | expected | observed | status |\n|---|---|---|---:|---:|---|\n")
+        for row in rows:
+            expected = "-" if row.expected is None else (f"{row.expected:.4f}" if isinstance(row.expected, float) else row.expected)
+            observed = "-" if row.observed is None else (f"{row.observed:.4f}" if isinstance(row.observed, float) else row.observed)
+            metric = row.metric + (" (published)" if row.kind == "reference" else "")
+            handle.write(f"| {row.condition} | {row.dataset} | {metric} | {expected} | {observed} | {row.status} |\n")
+        handle.write("\nSeconds per run: " + ", ".join(f"{key} {value}" for key, value in timings.items()) + "\n")
+
+
+def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], data_dir, model_dir) -> str:
+    """What a run would do, and whether each model and dataset is available here."""
+    from vtrepro.datasets import data_root
+    from vtrepro.models import resolve_model
+
+    lines = [f"{spec.path}: {len(selected)} run(s), metrics {', '.join(spec.metrics)}, top {spec.k}"]
+    for condition, dataset in selected:
+        if condition.retrieval == "bm25":
+            what = f"BM25 k1={condition.bm25['k1']} b={condition.bm25['b']}"
+        else:
+            resolved = resolve_model(condition.model, model_dir)
+            where = "local" if Path(resolved).is_dir() else "needs the Hugging Face Hub"
+            what = f"model {condition.model} ({where})"
+        root = data_root(data_dir)
+        local = root is not None and any((root / sub / dataset.name).is_dir() for sub in ("beir", "."))
+        pinned = sum(value is not None for value in dataset.scores.values())
+        lines.append(
+            f"  {condition.name} / {dataset.name} [{dataset.split}]: {what}; data "
+            f"{'local' if local else 'to download'}; {pinned} pinned score(s), {len(dataset.reference)} published"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m vtrepro.regress", description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", required=True, help="spec file, or a name in regressions/ (e.g. beir_bm25_flat)")
+    parser.add_argument("--datasets", help="comma-separated subset of the spec's datasets")
+    parser.add_argument("--data-dir", help="data root holding beir/<dataset> (default: $VTREPRO_DATA)")
+    parser.add_argument("--model-dir", help="folder of local model copies by hub id (default: $VTREPRO_MODELS)")
+    parser.add_argument("--output", type=Path, default=Path("runs"), help="artifacts and reports (default runs/)")
+    parser.add_argument("--threads", type=int, default=2, help="search threads (default 2)")
+    parser.add_argument("--record", action="store_true", help="write observed values into the spec as expected")
+    parser.add_argument("--dry-run", action="store_true", help="validate the spec, print the plan, run nothing")
+    args = parser.parse_args(argv)
+
+    from vtrepro.datasets import load_dataset
+
+    spec = load_spec(args.spec)
+    selected = list(_selected(spec, args.datasets))
+    if args.dry_run:
+        print(describe_plan(spec, selected, args.data_dir, args.model_dir))
+        return EXIT_OK
+    datasets = {}
+    for condition, dataset_run in selected:  # fail on missing data before any work
+        if dataset_run.name not in datasets:
+            datasets[dataset_run.name] = load_dataset(dataset_run.name, args.data_dir)
+        datasets[dataset_run.name].qrels(dataset_run.split)
+
+    out_dir = args.output / spec.name
+    rows: list[ResultRow] = []
+    timings: dict[str, float] = {}
+    recorded: dict[tuple[str, str], dict] = {}
+    chosen = {(condition.name, dataset_run.name) for condition, dataset_run in selected}
+    for condition in spec.conditions:
+        runner = ConditionRunner(condition, spec, out_dir, args.model_dir, args.threads)
+        observations: dict[str, Observation] = {}
+        for dataset_run in condition.datasets:
+            if (condition.name, dataset_run.name) not in chosen:
+                continue
+            print(f"[{condition.name} / {dataset_run.name}] running", file=sys.stderr, flush=True)
+            observation = runner.run(dataset_run, datasets[dataset_run.name])
+            observations[dataset_run.name] = observation
+            timings[f"{condition.name}/{dataset_run.name}"] = observation.seconds
+            rows += compare(condition, dataset_run, observation)
+            recorded[(condition.name, dataset_run.name)] = {"scores": observation.scores, "index": observation.index}
+        rows += compare_averages(condition, observations)
+
+    if args.record:
+        record_observed(spec.path, recorded)
+        print(f"recorded observed values into {spec.path}", file=sys.stderr)
+        rows = [row if row.kind == "reference" else ResultRow(**{**asdict(row), "expected": row.observed, "status": STATUS_OK})
+                for row in rows]
+    write_report(spec, rows, timings, out_dir, argv)
+    print(format_table(rows))
+    failed = [row for row in rows if row.status in (STATUS_FAIL, STATUS_UNPINNED)]
+    print(f"\n{len(rows) - len(failed)} OK, {len(failed)} not OK; report: {out_dir / 'report.md'}")
+    return EXIT_MISMATCH if failed else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(cli_entry(main)())

@@ -1,0 +1,246 @@
+"""Regression specs: which conditions run on which datasets, and the scores each must reproduce.
+
+A spec is YAML (documented in docs/regression-specs.md). Loading validates it completely and
+reports the first problem as ``file:line: what is wrong; how to fix it``. ``record_observed``
+writes observed values back as the expected ones, keeping the file's comments and order.
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+from vtrepro.errors import VtreproError
+from vtrepro.evaluate import DEFAULT_METRICS, _parse_metric
+from vtrepro.io import atomic_write
+from vtrepro.vectors import Quantization
+
+REGRESSIONS_DIR = Path(__file__).resolve().parent.parent / "regressions"
+INDEX_STATS = ("documents", "total_terms")
+
+_SPEC_KEYS = {"description", "defaults", "conditions"}
+_DEFAULT_KEYS = {"split", "k", "metrics"}
+_CONDITION_KEYS = {
+    "description", "retrieval", "model", "trust_remote_code", "bm25", "encoder", "quantization",
+    "reference_source", "reference_tolerance", "reference_average", "datasets",
+}
+_DATASET_KEYS = {"split", "scores", "reference", "index"}
+_ENCODER_KEYS = {"max_length_doc", "max_length_query", "batch_size"}
+
+
+@dataclass(frozen=True)
+class EncoderSettings:
+    max_length_doc: int = 512
+    max_length_query: int = 64
+    batch_size: int = 32
+
+
+@dataclass
+class DatasetRun:
+    """One dataset of a condition with its pinned values (None = not yet recorded)."""
+
+    name: str
+    split: str
+    scores: dict[str, float | None]
+    reference: dict[str, float]
+    index: dict[str, int | None]
+
+
+@dataclass
+class Condition:
+    name: str
+    retrieval: str  # "bm25" or "impact"
+    datasets: list[DatasetRun]
+    model: str | None = None
+    trust_remote_code: bool = False
+    bm25: dict[str, float] = field(default_factory=lambda: {"k1": 0.9, "b": 0.4})
+    encoder: EncoderSettings = EncoderSettings()
+    quantization: Quantization = Quantization()
+    reference_source: str | None = None
+    reference_tolerance: float = 0.0
+    reference_average: dict[str, float] = field(default_factory=dict)
+    description: str = ""
+
+
+@dataclass
+class Spec:
+    path: Path
+    name: str
+    description: str
+    k: int
+    metrics: tuple[str, ...]
+    conditions: list[Condition]
+
+
+def find_spec(spec: str) -> Path:
+    """A spec file path, or a name (with or without .yaml) in ./regressions or the repo's regressions/."""
+    candidates = [Path(spec)]
+    for folder in (Path.cwd() / "regressions", REGRESSIONS_DIR):
+        candidates += [folder / spec, folder / f"{spec}.yaml"]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise VtreproError(f"spec '{spec}' not found: give a YAML file path or a name in {REGRESSIONS_DIR}")
+
+
+def _yaml() -> YAML:
+    yaml = YAML(typ="rt")
+    yaml.preserve_quotes = True
+    yaml.width = 4096
+    return yaml
+
+
+def _read_document(path: Path) -> CommentedMap:
+    try:
+        document = _yaml().load(path.read_text(encoding="utf-8"))
+    except MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        line = f":{mark.line + 1}" if mark else ""
+        raise VtreproError(f"{path}{line}: malformed YAML ({error.problem or error.context}); fix the syntax") from None
+    except YAMLError as error:
+        raise VtreproError(f"{path}: malformed YAML ({error}); fix the syntax") from None
+    if not isinstance(document, CommentedMap):
+        raise VtreproError(f"{path}:1: a spec must be a YAML mapping with a 'conditions' key")
+    return document
+
+
+class _Checker:
+    """Validation helpers that name the file and line of the offending node."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, node: Any, key: Any, message: str) -> VtreproError:
+        line = ""
+        if isinstance(node, CommentedMap) and key in node:
+            line = f":{node.lc.key(key)[0] + 1}"
+        elif hasattr(node, "lc"):
+            line = f":{node.lc.line + 1}"
+        return VtreproError(f"{self.path}{line}: {message}")
+
+    def mapping(self, parent: Any, key: Any, allowed: set[str], where: str) -> CommentedMap:
+        node = parent[key] if key is not None else parent
+        if node is None:
+            return CommentedMap()
+        if not isinstance(node, CommentedMap):
+            raise self.fail(parent, key, f"{where} must be a mapping")
+        for name in node:
+            if name not in allowed:
+                raise self.fail(node, name, f"unknown key '{name}' in {where}; expected one of {', '.join(sorted(allowed))}")
+        return node
+
+    def number(self, node: CommentedMap, key: str, where: str, kind: type = float, allow_none: bool = False):
+        value = node.get(key)
+        if value is None and allow_none:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+            raise self.fail(node, key, f"{where}.{key} must be a{'n integer' if kind is int else ' number'}, got {value!r}")
+        return kind(value)
+
+    def metric_values(self, parent: CommentedMap, key: str, metrics: tuple[str, ...], where: str, allow_none: bool):
+        node = self.mapping(parent, key, set(metrics), where) if key in parent else CommentedMap()
+        return {metric: self.number(node, metric, where, allow_none=allow_none) for metric in node}
+
+
+def load_spec(spec: str | Path) -> Spec:
+    """Load and fully validate a regression spec."""
+    path = find_spec(str(spec))
+    document = _read_document(path)
+    check = _Checker(path)
+    check.mapping(document, None, _SPEC_KEYS, "the spec")
+    defaults = check.mapping(document, "defaults", _DEFAULT_KEYS, "defaults") if "defaults" in document else CommentedMap()
+    metrics = tuple(defaults.get("metrics") or DEFAULT_METRICS)
+    for metric in metrics:
+        try:
+            _parse_metric(metric)
+        except VtreproError as error:
+            raise check.fail(defaults, "metrics", str(error)) from None
+    k = check.number(defaults, "k", "defaults", int) if "k" in defaults else 1000
+    split = str(defaults.get("split", "test"))
+    if not isinstance(document.get("conditions"), CommentedMap) or not document["conditions"]:
+        raise check.fail(document, "conditions", "'conditions' must map condition names to their settings")
+    conditions = [
+        _load_condition(check, document["conditions"], name, metrics, split)
+        for name in document["conditions"]
+    ]
+    return Spec(path, path.stem, str(document.get("description", "")), k, metrics, conditions)
+
+
+def _load_condition(check: _Checker, parent: CommentedMap, name: str, metrics, split: str) -> Condition:
+    where = f"condition '{name}'"
+    node = check.mapping(parent, name, _CONDITION_KEYS, where)
+    retrieval = node.get("retrieval", "impact" if "model" in node else None)
+    if retrieval not in ("bm25", "impact"):
+        raise check.fail(parent, name, f"{where} needs 'retrieval: bm25' or a 'model' for impact retrieval")
+    if retrieval == "impact" and not node.get("model"):
+        raise check.fail(parent, name, f"{where} uses impact retrieval but names no 'model'")
+    condition = Condition(name=name, retrieval=retrieval, datasets=[], description=str(node.get("description", "")))
+    condition.model = node.get("model")
+    condition.trust_remote_code = bool(node.get("trust_remote_code", False))
+    if "bm25" in node:
+        bm25 = check.mapping(node, "bm25", {"k1", "b"}, f"{where}.bm25")
+        condition.bm25 = {key: check.number(bm25, key, f"{where}.bm25") for key in ("k1", "b") if key in bm25} | {
+            key: value for key, value in condition.bm25.items() if key not in bm25
+        }
+    if "encoder" in node:
+        encoder = check.mapping(node, "encoder", _ENCODER_KEYS, f"{where}.encoder")
+        condition.encoder = EncoderSettings(**{key: check.number(encoder, key, f"{where}.encoder", int) for key in encoder})
+    if "quantization" in node:
+        quantization = check.mapping(node, "quantization", {"scale", "rounding"}, f"{where}.quantization")
+        try:
+            condition.quantization = Quantization(
+                scale=check.number(quantization, "scale", f"{where}.quantization") if "scale" in quantization else 100.0,
+                rounding=str(quantization.get("rounding", "half-even")),
+            )
+        except VtreproError as error:
+            raise check.fail(node, "quantization", str(error)) from None
+    condition.reference_source = node.get("reference_source")
+    if "reference_tolerance" in node:
+        condition.reference_tolerance = check.number(node, "reference_tolerance", where)
+    condition.reference_average = check.metric_values(node, "reference_average", metrics, f"{where}.reference_average", False)
+    datasets = node.get("datasets")
+    if not isinstance(datasets, CommentedMap) or not datasets:
+        raise check.fail(parent, name, f"{where} needs 'datasets:' mapping dataset names to expected scores")
+    for dataset in datasets:
+        dataset_where = f"{where}, dataset '{dataset}'"
+        entry = check.mapping(datasets, dataset, _DATASET_KEYS, dataset_where)
+        index = check.mapping(entry, "index", set(INDEX_STATS), f"{dataset_where}.index") if "index" in entry else {}
+        condition.datasets.append(
+            DatasetRun(
+                name=str(dataset),
+                split=str(entry.get("split", split)),
+                scores=check.metric_values(entry, "scores", metrics, f"{dataset_where}.scores", True),
+                reference=check.metric_values(entry, "reference", metrics, f"{dataset_where}.reference", False),
+                index={key: check.number(index, key, f"{dataset_where}.index", int, allow_none=True) for key in index},
+            )
+        )
+    return condition
+
+
+def record_observed(path: Path, observed: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """Write observed scores and index stats as the spec's expected values, keeping comments and order.
+
+    ``observed`` maps (condition, dataset) to ``{"scores": {metric: value}, "index": {stat: value}}``.
+    """
+    document = _read_document(path)
+    for (condition, dataset), values in observed.items():
+        entry = document["conditions"][condition]["datasets"][dataset]
+        if entry is None:
+            entry = document["conditions"][condition]["datasets"][dataset] = CommentedMap()
+        for section in ("index", "scores"):
+            if not values.get(section):
+                continue
+            if entry.get(section) is None:
+                entry[section] = CommentedMap()
+                entry[section].fa.set_flow_style()
+            for key, value in values[section].items():
+                entry[section][key] = value
+    buffer = io.StringIO()
+    _yaml().dump(document, buffer)
+    with atomic_write(path) as handle:
+        handle.write(buffer.getvalue())
