@@ -105,7 +105,7 @@ class ConditionRunner:
 
     def run(self, dataset_run: DatasetRun, dataset) -> Observation:
         from vtrepro.evaluate import evaluate_run
-        from vtrepro.search import write_trec_run
+        from vtrepro.search import read_trec_run, write_trec_run
 
         started = time.perf_counter()
         artifacts = self.output / self.condition.name / dataset_run.name
@@ -116,7 +116,8 @@ class ConditionRunner:
         else:
             run, stats = self._impact(dataset, queries, artifacts)
         write_trec_run(run, artifacts / "run.trec", tag=f"vtrepro-{self.condition.name}")
-        scores = evaluate_run(run, qrels, self.spec.metrics)
+        # Score the file as written, exactly what trec_eval on run.trec reports.
+        scores = evaluate_run(read_trec_run(artifacts / "run.trec"), qrels, self.spec.metrics)
         return Observation(scores, {key: stats[key] for key in ("documents", "total_terms")},
                            round(time.perf_counter() - started, 1))
 
@@ -238,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from vtrepro.datasets import load_dataset
+    from vtrepro.java import start_jvm
 
     spec = load_spec(args.spec)
     selected = list(_selected(spec, args.datasets))
@@ -249,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         if dataset_run.name not in datasets:
             datasets[dataset_run.name] = load_dataset(dataset_run.name, args.data_dir)
         datasets[dataset_run.name].qrels(dataset_run.split)
+    start_jvm()
 
     out_dir = args.output / spec.name
     rows: list[ResultRow] = []

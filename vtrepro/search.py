@@ -3,7 +3,9 @@
 ``python -m vtrepro.search --index INDEX --queries queries.jsonl --output run.trec`` runs impact
 search with the integer query vectors of an encoded ``queries.jsonl`` (``{"id", "vector"}``).
 Hits are ordered by score, ties by document id; a query's own id is removed from its hits
-(the BEIR convention); the top ``k`` (default 1000) are kept.
+(the BEIR convention); the top ``k`` (default 1000) are kept. Impact scores are exact integer dot
+products: Anserini lowers tied scores by a few ulps to encode its docid tie-break, and that
+adjustment is undone here, since every impact score is an integer by construction.
 """
 from __future__ import annotations
 
@@ -20,11 +22,12 @@ Run = dict[str, dict[str, float]]
 """qid -> {docid: score}, the shape pytrec_eval takes."""
 
 
-def _collect(hits_by_qid, qids: list[str], k: int, remove_query_id: bool) -> Run:
+def _collect(hits_by_qid, qids: list[str], k: int, remove_query_id: bool, integer_scores: bool) -> Run:
     run: Run = {}
     for qid in qids:
         hits = hits_by_qid.get(qid) or []
-        scored = [(hit.docid, float(hit.score)) for hit in hits if not (remove_query_id and hit.docid == qid)]
+        score_of = (lambda hit: float(round(hit.score))) if integer_scores else (lambda hit: float(hit.score))
+        scored = [(hit.docid, score_of(hit)) for hit in hits if not (remove_query_id and hit.docid == qid)]
         scored.sort(key=lambda item: (-item[1], item[0]))
         run[qid] = dict(scored[:k])
     return run
@@ -59,7 +62,7 @@ def search_impact(
     searcher = java_class("io.anserini.search.SimpleImpactSearcher")(str(index_dir))
     try:
         hits = searcher.batch_search(_java_list(java_queries), _java_list(qids), k + int(remove_query_id), threads)
-        return _collect(hits, qids, k, remove_query_id)
+        return _collect(hits, qids, k, remove_query_id, integer_scores=True)
     finally:
         searcher.close()
 
@@ -80,7 +83,7 @@ def search_bm25(
         searcher.set_bm25(float(k1), float(b))
         texts = _java_list(queries[qid] for qid in qids)
         hits = searcher.batch_search(texts, _java_list(qids), k + int(remove_query_id), threads)
-        return _collect(hits, qids, k, remove_query_id)
+        return _collect(hits, qids, k, remove_query_id, integer_scores=False)
     finally:
         searcher.close()
 

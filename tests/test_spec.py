@@ -1,0 +1,89 @@
+"""Spec validation names the file and line; recording keeps comments and order."""
+import textwrap
+
+import pytest
+
+from vtrepro.errors import VtreproError
+from vtrepro.spec import find_spec, load_spec, record_observed
+
+VALID = """\
+# a comment that must survive --record
+description: test spec
+defaults:
+  metrics: [ndcg@10, recall@100]
+conditions:
+  bm25-flat:  # inline comment
+    retrieval: bm25
+    datasets:
+      scifact:
+        index: {documents: 5183, total_terms: null}
+        scores: {ndcg@10: 0.6789, recall@100: null}
+        reference: {ndcg@10: 0.6789}
+  tiny:
+    model: splade-tiny
+    encoder: {max_length_doc: 256}
+    quantization: {scale: 100, rounding: half-up}
+    datasets:
+      nfcorpus:
+"""
+
+
+def write(tmp_path, text, name="spec.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_valid_spec_loads_with_defaults(tmp_path):
+    spec = load_spec(write(tmp_path, VALID))
+    assert spec.name == "spec" and spec.metrics == ("ndcg@10", "recall@100") and spec.k == 1000
+    bm25, tiny = spec.conditions
+    assert bm25.retrieval == "bm25" and bm25.bm25 == {"k1": 0.9, "b": 0.4}
+    assert bm25.datasets[0].scores == {"ndcg@10": 0.6789, "recall@100": None}
+    assert tiny.retrieval == "impact" and tiny.encoder.max_length_doc == 256 and tiny.encoder.max_length_query == 64
+    assert tiny.quantization.rounding == "half-up" and tiny.datasets[0].scores == {}
+
+
+@pytest.mark.parametrize(
+    "broken, message",
+    [
+        (VALID.replace("    retrieval: bm25\n", "    retrieval: bm25\n    modle: x\n"), r"spec\.yaml:8: unknown key 'modle'"),
+        (VALID.replace("{ndcg@10: 0.6789, recall@100: null}", "{ndcg@10: high}"), r"spec\.yaml:11: .*must be a number"),
+        (VALID.replace("{ndcg@10: 0.6789}", "{map@100: 0.1}"), r"spec\.yaml:12: unknown key 'map@100'"),
+        (VALID.replace("rounding: half-up", "rounding: nearest"), r"spec\.yaml:16: unknown rounding 'nearest'"),
+        (VALID.replace("    model: splade-tiny\n", ""), r"spec\.yaml:13: .*needs 'retrieval: bm25' or a 'model'"),
+        (VALID.replace("[ndcg@10, recall@100]", "[ndcg@ten]"), r"spec\.yaml:4: unknown metric 'ndcg@ten'"),
+        (VALID.replace("  bm25-flat:  # inline comment", "  bm25-flat: [oops"), r"spec\.yaml:\d+: malformed YAML"),
+        ("- just\n- a list\n", r"spec\.yaml:1: a spec must be a YAML mapping"),
+    ],
+)
+def test_bad_specs_name_file_and_line(tmp_path, broken, message):
+    with pytest.raises(VtreproError, match=message) as error:
+        load_spec(write(tmp_path, broken))
+    assert "\n" not in str(error.value)
+
+
+def test_missing_spec_is_an_error():
+    with pytest.raises(VtreproError, match="spec 'no_such_spec' not found"):
+        find_spec("no_such_spec")
+
+
+def test_shipped_specs_are_found_by_name_and_valid():
+    assert load_spec("beir_bm25_flat").conditions[0].name == "bm25-flat"
+
+
+def test_record_keeps_comments_and_order(tmp_path):
+    path = write(tmp_path, VALID)
+    record_observed(path, {
+        ("bm25-flat", "scifact"): {"scores": {"ndcg@10": 0.6789, "recall@100": 0.9253}, "index": {"documents": 5183, "total_terms": 838128}},
+        ("tiny", "nfcorpus"): {"scores": {"ndcg@10": 0.25, "recall@100": 0.2}, "index": {"documents": 3633, "total_terms": 9}},
+    })
+    text = path.read_text()
+    assert "# a comment that must survive --record" in text and "# inline comment" in text
+    assert "scores: {ndcg@10: 0.6789, recall@100: 0.9253}" in text
+    assert "index: {documents: 5183, total_terms: 838128}" in text
+    assert text.index("bm25-flat") < text.index("tiny")
+    spec = load_spec(path)
+    assert spec.conditions[1].datasets[0].scores == {"ndcg@10": 0.25, "recall@100": 0.2}
+    assert spec.conditions[0].datasets[0].reference == {"ndcg@10": 0.6789}
+    assert not list(tmp_path.glob(".*.tmp"))
