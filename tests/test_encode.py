@@ -1,0 +1,80 @@
+"""Encoded corpora: JSON-vector shards, manifest, determinism and resume after interruption."""
+import json
+
+import pytest
+
+from vtrepro.datasets import Document
+from vtrepro.encode import encode_corpus, encode_queries, load_manifest
+from vtrepro.errors import VtreproError
+from vtrepro.index import build_impact_index, check_against_manifest
+from vtrepro.vectors import EMPTY_DOCUMENT_TERM, Quantization
+
+
+class InterruptAfter:
+    """The real encoder, interrupted (as by Ctrl-C) when asked for its n-th batch of documents."""
+
+    def __init__(self, encoder, calls: int):
+        self._encoder, self._calls = encoder, calls
+        self.model, self.vocabulary, self.max_length_doc = encoder.model, encoder.vocabulary, encoder.max_length_doc
+
+    def encode(self, texts, kind):
+        self._calls -= 1
+        if self._calls < 0:
+            raise KeyboardInterrupt
+        return self._encoder.encode(texts, kind)
+
+
+def shard_bytes(folder):
+    return {path.name: path.read_bytes() for path in sorted((folder / "vectors").glob("*.jsonl"))}
+
+
+def test_shards_are_json_vectors_with_integer_impacts(tmp_path, tiny_encoder, scifact_sample):
+    manifest = encode_corpus(tiny_encoder, scifact_sample, tmp_path, shard_size=25, show_progress=False)
+    assert manifest["complete"] and manifest["documents"] == 60 and len(manifest["shards"]) == 3
+    records = [json.loads(line) for path in sorted((tmp_path / "vectors").glob("*.jsonl")) for line in path.read_text().splitlines()]
+    assert [record["id"] for record in records] == [document.doc_id for document in scifact_sample]
+    assert all(isinstance(weight, int) and weight > 0 for record in records for weight in record["vector"].values())
+    assert sum(sum(record["vector"].values()) for record in records) == manifest["total_terms"]
+    assert not any(term.startswith("[") and term.endswith("]") for record in records for term in record["vector"])
+
+
+def test_fresh_encodings_are_byte_identical(tmp_path, tiny_encoder, scifact_sample):
+    encode_corpus(tiny_encoder, scifact_sample, tmp_path / "a", shard_size=25, show_progress=False)
+    encode_corpus(tiny_encoder, scifact_sample, tmp_path / "b", shard_size=25, show_progress=False)
+    assert shard_bytes(tmp_path / "a") == shard_bytes(tmp_path / "b")
+
+
+def test_interrupted_encode_resumes_without_duplicates_or_gaps(tmp_path, tiny_encoder, scifact_sample):
+    reference = encode_corpus(tiny_encoder, scifact_sample, tmp_path / "whole", shard_size=25, show_progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        encode_corpus(InterruptAfter(tiny_encoder, 2), scifact_sample, tmp_path / "resumed", shard_size=25, show_progress=False)
+    partial = load_manifest(tmp_path / "resumed")
+    assert not partial["complete"] and partial["documents"] == 50
+    resumed = encode_corpus(InterruptAfter(tiny_encoder, 1), scifact_sample, tmp_path / "resumed", shard_size=25, show_progress=False)
+    assert resumed == reference
+    assert shard_bytes(tmp_path / "resumed") == shard_bytes(tmp_path / "whole")
+
+
+def test_other_settings_in_the_same_folder_are_refused(tmp_path, tiny_encoder, scifact_sample):
+    encode_corpus(tiny_encoder, scifact_sample[:10], tmp_path, shard_size=25, show_progress=False)
+    with pytest.raises(VtreproError, match="other settings"):
+        encode_corpus(tiny_encoder, scifact_sample[:10], tmp_path, Quantization(scale=10), shard_size=25, show_progress=False)
+
+
+def test_documents_without_any_impact_are_still_indexed(tmp_path, tiny_encoder):
+    documents = [Document("full", "", "heart attack causes"), Document("empty", "", "")]
+    coarse = Quantization(scale=0.01)  # every weight rounds to 0
+    manifest = encode_corpus(tiny_encoder, documents, tmp_path / "enc", coarse, show_progress=False)
+    vectors = [json.loads(line)["vector"] for line in (tmp_path / "enc" / "vectors" / "part-00000.jsonl").read_text().splitlines()]
+    assert vectors == [{EMPTY_DOCUMENT_TERM: 1}, {EMPTY_DOCUMENT_TERM: 1}]
+    stats = build_impact_index(tmp_path / "enc" / "vectors", tmp_path / "index")
+    check_against_manifest(stats, manifest)
+    assert stats["documents"] == 2 and stats["total_terms"] == 2
+
+
+def test_queries_file_holds_integer_vectors(tmp_path, tiny_encoder):
+    vectors = encode_queries(tiny_encoder, {"q1": "what causes heart attacks", "q2": ""}, tmp_path / "queries.jsonl")
+    lines = [json.loads(line) for line in (tmp_path / "queries.jsonl").read_text().splitlines()]
+    assert [line["id"] for line in lines] == ["q1", "q2"]
+    assert lines[0]["vector"] == vectors["q1"] and "heart" in vectors["q1"]
+    assert all(isinstance(weight, int) for weight in vectors["q1"].values())

@@ -1,0 +1,73 @@
+"""The shipped specs, run for real on ../shared: BM25 baselines and splade-tiny end to end."""
+import json
+from pathlib import Path
+
+import pytest
+
+from vtrepro.encode import load_manifest
+from vtrepro.regress import main as regress
+from vtrepro.search import read_query_vectors, read_trec_run
+from vtrepro.spec import REGRESSIONS_DIR
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def splade_tiny_run(tmp_path_factory, data_dir, models_dir):
+    """One regression run of beir_splade_tiny per test session (encoding is the expensive part)."""
+    output = tmp_path_factory.mktemp("runs")
+    args = ["--spec", str(REGRESSIONS_DIR / "beir_splade_tiny.yaml"), "--data-dir", str(data_dir),
+            "--model-dir", str(models_dir), "--output", str(output)]
+    return args, output / "beir_splade_tiny", regress(args)
+
+
+def test_bm25_flat_reproduces_published_figures(tmp_path, data_dir):
+    code = regress(["--spec", str(REGRESSIONS_DIR / "beir_bm25_flat.yaml"), "--data-dir", str(data_dir),
+                    "--output", str(tmp_path)])
+    assert code == 0
+    rows = json.loads((tmp_path / "beir_bm25_flat" / "results.json").read_text())["rows"]
+    published = {(row["dataset"], row["metric"]): row["observed"] for row in rows if row["kind"] == "reference"}
+    assert published[("scifact", "ndcg@10")] == 0.6789 and published[("nfcorpus", "ndcg@10")] == 0.3218
+
+
+def test_splade_tiny_matches_its_pinned_scores(splade_tiny_run):
+    _, out_dir, code = splade_tiny_run
+    assert code == 0, (out_dir / "report.md").read_text()
+    rows = json.loads((out_dir / "results.json").read_text())["rows"]
+    assert {row["dataset"] for row in rows} == {"scifact", "nfcorpus"}
+    assert all(row["status"] == "OK" for row in rows)
+
+
+def test_every_lucene_score_is_the_integer_dot_product(splade_tiny_run):
+    _, out_dir, _ = splade_tiny_run
+    artifacts = out_dir / "splade-tiny" / "scifact"
+    documents = {}
+    for shard in sorted((artifacts / "vectors").glob("part-*.jsonl")):
+        for line in shard.read_text().splitlines():
+            record = json.loads(line)
+            documents[record["id"]] = record["vector"]
+    queries = read_query_vectors(artifacts / "queries.jsonl")
+    run = read_trec_run(artifacts / "run.trec")
+    hits = 0
+    for qid, ranked in run.items():
+        for doc_id, score in ranked.items():
+            expected = sum(weight * documents[doc_id].get(term, 0) for term, weight in queries[qid].items())
+            assert score == expected, (qid, doc_id)
+            hits += 1
+    assert hits > 250_000  # 300 queries x ~1000 hits
+
+
+def test_index_and_manifest_agree(splade_tiny_run):
+    _, out_dir, _ = splade_tiny_run
+    for dataset, documents in (("scifact", 5183), ("nfcorpus", 3633)):
+        manifest = load_manifest(out_dir / "splade-tiny" / dataset)
+        assert manifest["complete"] and manifest["documents"] == documents
+        assert sum(shard["documents"] for shard in manifest["shards"]) == documents
+
+
+def test_rerun_reuses_encodings_and_gives_byte_identical_runs(splade_tiny_run):
+    args, out_dir, _ = splade_tiny_run
+    first = {dataset: (out_dir / "splade-tiny" / dataset / "run.trec").read_bytes() for dataset in ("scifact", "nfcorpus")}
+    assert regress(args) == 0
+    for dataset, content in first.items():
+        assert (out_dir / "splade-tiny" / dataset / "run.trec").read_bytes() == content

@@ -1,0 +1,215 @@
+"""Encode a corpus (and its queries) into quantized Pyserini JSON vectors.
+
+``python -m vtrepro.encode --model M --dataset scifact --output DIR`` writes::
+
+    DIR/manifest.json          settings, shards with checksums, document and impact totals
+    DIR/vectors/part-NNNNN.jsonl   JsonVectorCollection shards: {"id", "contents", "vector"}
+    DIR/queries.jsonl          the split's queries with integer vectors
+
+Shards are written atomically and recorded in the manifest as they finish; rerunning the same
+command after an interruption resumes at the first unfinished shard.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from vtrepro.errors import VtreproError, cli_entry
+from vtrepro.io import atomic_write, sha256_file, write_json
+from vtrepro.vectors import EMPTY_DOCUMENT_TERM, Quantization, escaped_vocabulary, to_impact_vector
+
+MANIFEST_NAME = "manifest.json"
+VECTORS_DIRNAME = "vectors"
+QUERIES_NAME = "queries.jsonl"
+MANIFEST_FORMAT = "vtrepro.encoded-corpus/1"
+DEFAULT_SHARD_SIZE = 2000
+
+
+def vectors_folder(encoded_dir: str | Path) -> Path:
+    """The folder Anserini indexes: ``DIR/vectors`` for an encoded corpus, else DIR itself."""
+    encoded_dir = Path(encoded_dir)
+    return encoded_dir / VECTORS_DIRNAME if (encoded_dir / MANIFEST_NAME).exists() else encoded_dir
+
+
+def load_manifest(encoded_dir: str | Path) -> dict[str, Any] | None:
+    """The manifest of an encoded corpus folder, or None for a plain vector folder."""
+    path = Path(encoded_dir) / MANIFEST_NAME
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise VtreproError(f"{path}:{error.lineno}: corrupt manifest ({error.msg}); delete the folder and re-encode") from None
+
+
+def model_fingerprint(model) -> str:
+    """SHA-256 over a model's parameter names and bytes: identifies the weights, wherever they came from."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def corpus_fingerprint(documents: Sequence) -> str:
+    digest = hashlib.sha256()
+    for document in documents:
+        digest.update(document.doc_id.encode() + b"\0" + document.contents.encode() + b"\0")
+    return digest.hexdigest()
+
+
+def _encode_shard(encoder, documents: Sequence, terms: list[str], quantization: Quantization, path: Path) -> dict:
+    encoded = encoder.encode([document.contents for document in documents], kind="doc")
+    total_terms = 0
+    with atomic_write(path) as handle:
+        for document, (ids, weights) in zip(documents, encoded):
+            vector = to_impact_vector(ids, weights, terms, quantization) or {EMPTY_DOCUMENT_TERM: 1}
+            total_terms += sum(vector.values())
+            record = {"id": document.doc_id, "contents": document.contents, "vector": vector}
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return {
+        "file": f"{VECTORS_DIRNAME}/{path.name}",
+        "documents": len(documents),
+        "total_terms": total_terms,
+        "sha256": sha256_file(path),
+    }
+
+
+def _finished_shards(out_dir: Path, manifest: dict | None, settings: dict) -> list[dict]:
+    """Shards of an earlier run with the same settings whose files are intact, in order."""
+    if manifest is None:
+        return []
+    if manifest.get("settings") != settings:
+        raise VtreproError(
+            f"{out_dir / MANIFEST_NAME}: this folder was encoded with other settings (model, corpus or "
+            "quantization); delete it or choose another --output"
+        )
+    finished = []
+    for shard in manifest["shards"]:
+        path = out_dir / shard["file"]
+        if not path.exists() or sha256_file(path) != shard["sha256"]:
+            break
+        finished.append(shard)
+    return finished
+
+
+def encode_corpus(
+    encoder,
+    documents: Sequence,
+    out_dir: str | Path,
+    quantization: Quantization = Quantization(),
+    shard_size: int = DEFAULT_SHARD_SIZE,
+    show_progress: bool = True,
+) -> dict[str, Any]:
+    """Encode ``documents`` into ``out_dir`` (resuming a partial run) and return the manifest."""
+    out_dir = Path(out_dir)
+    settings = {
+        "model": str(getattr(encoder.model, "name_or_path", "")),
+        "model_sha256": model_fingerprint(encoder.model),
+        "max_length_doc": encoder.max_length_doc,
+        "quantization": quantization.to_dict(),
+        "corpus_sha256": corpus_fingerprint(documents),
+        "shard_size": shard_size,
+    }
+    shards = _finished_shards(out_dir, load_manifest(out_dir), settings)
+    terms = escaped_vocabulary(encoder.vocabulary)
+    vectors_dir = out_dir / VECTORS_DIRNAME
+    vectors_dir.mkdir(parents=True, exist_ok=True)
+    expected_files = {f"part-{index:05d}.jsonl" for index in range(-(-len(documents) // shard_size))}
+    for stale in vectors_dir.glob("*.jsonl"):
+        if stale.name not in expected_files:
+            stale.unlink()
+
+    progress = None
+    if show_progress:
+        from tqdm import tqdm
+
+        progress = tqdm(total=len(documents), initial=len(shards) * shard_size, unit="doc", desc="encode")
+    for index in range(len(shards), len(expected_files)):
+        batch = documents[index * shard_size : (index + 1) * shard_size]
+        shards.append(_encode_shard(encoder, batch, terms, quantization, vectors_dir / f"part-{index:05d}.jsonl"))
+        _write_manifest(out_dir, settings, shards, complete=False)
+        if progress is not None:
+            progress.update(len(batch))
+    if progress is not None:
+        progress.close()
+    return _write_manifest(out_dir, settings, shards, complete=True)
+
+
+def _write_manifest(out_dir: Path, settings: dict, shards: list[dict], complete: bool) -> dict[str, Any]:
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "settings": settings,
+        "complete": complete,
+        "documents": sum(shard["documents"] for shard in shards),
+        "total_terms": sum(shard["total_terms"] for shard in shards),
+        "shards": shards,
+    }
+    write_json(out_dir / MANIFEST_NAME, manifest)
+    return manifest
+
+
+def encode_queries(
+    encoder, queries: dict[str, str], path: str | Path, quantization: Quantization = Quantization()
+) -> dict[str, dict[str, int]]:
+    """Encode queries to integer vectors and write them as ``{"id", "contents", "vector"}`` lines."""
+    terms = escaped_vocabulary(encoder.vocabulary)
+    encoded = encoder.encode(list(queries.values()), kind="query")
+    vectors = {
+        qid: to_impact_vector(ids, weights, terms, quantization) for qid, (ids, weights) in zip(queries, encoded)
+    }
+    with atomic_write(path) as handle:
+        for qid, text in queries.items():
+            handle.write(json.dumps({"id": qid, "contents": text, "vector": vectors[qid]}, ensure_ascii=False) + "\n")
+    return vectors
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vtrepro.encode", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="hub id or folder of a masked-LM SPLADE model")
+    parser.add_argument("--model-dir", help="folder mapping hub ids to local copies (default: $VTREPRO_MODELS)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--dataset", help="BEIR dataset name or folder")
+    source.add_argument("--corpus", type=Path, help="JSONL corpus ({_id|id, title?, text|contents})")
+    parser.add_argument("--queries", type=Path, help="JSONL queries to encode with --corpus ({_id|id, text})")
+    parser.add_argument("--data-dir", help="data root holding beir/<dataset> (default: $VTREPRO_DATA)")
+    parser.add_argument("--split", default="test", help="query split to encode with --dataset (default test)")
+    parser.add_argument("--output", required=True, type=Path, help="encoded corpus folder")
+    parser.add_argument("--max-length-doc", type=int, default=512)
+    parser.add_argument("--max-length-query", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--scale", type=float, default=100.0, help="quantization scale (default 100)")
+    parser.add_argument("--rounding", default="half-even", help="half-even (default), half-up or truncate")
+    parser.add_argument("--shard-size", type=int, default=DEFAULT_SHARD_SIZE, help="documents per shard")
+    args = parser.parse_args(argv)
+
+    from vtrepro.datasets import load_dataset, read_corpus, read_queries
+    from vtrepro.encoder import SpladeEncoder
+
+    quantization = Quantization(args.scale, args.rounding)
+    if args.dataset:
+        dataset = load_dataset(args.dataset, args.data_dir)
+        documents, queries = dataset.corpus(), dataset.queries(args.split)
+    else:
+        documents = read_corpus(args.corpus)
+        queries = read_queries(args.queries) if args.queries else {}
+    encoder = SpladeEncoder(
+        args.model,
+        model_dir=args.model_dir,
+        max_length_doc=args.max_length_doc,
+        max_length_query=args.max_length_query,
+        batch_size=args.batch_size,
+    )
+    manifest = encode_corpus(encoder, documents, args.output, quantization, args.shard_size)
+    if queries:
+        encode_queries(encoder, queries, args.output / QUERIES_NAME, quantization)
+    print(f"{manifest['documents']} documents, {manifest['total_terms']} impact total, {len(queries)} queries -> {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli_entry(main)())
