@@ -1,0 +1,96 @@
+"""APC bias calibration on the real splade-tiny model and SciFact documents."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+from vtrepro.calibrate import (
+    REPORT_NAME,
+    activity,
+    calibrate_bias,
+    main,
+    pooled_logits,
+    threshold_for_cut,
+    threshold_for_terms,
+)
+from vtrepro.datasets import load_dataset
+from vtrepro.encoder import SpladeEncoder
+
+DOCS = 500
+MAX_LENGTH = 128
+
+
+@pytest.fixture(scope="module")
+def texts(data_dir: Path) -> list[str]:
+    return [document.contents for document in load_dataset("scifact", data_dir).corpus()[:DOCS]]
+
+
+@pytest.fixture(scope="module")
+def encoder(splade_tiny: Path) -> SpladeEncoder:
+    return SpladeEncoder(splade_tiny, max_length_doc=MAX_LENGTH, batch_size=64)
+
+
+def test_thresholds_and_activity_on_known_logits() -> None:
+    logits = torch.tensor([[3.0, 1.0, -1.0, -2.0], [2.0, 0.5, -0.5, -3.0]], dtype=torch.float16)
+    assert threshold_for_cut(logits, 50) == -0.5  # 4 of 8 entries at or below it
+    assert threshold_for_cut(logits, 75) == 1.0
+    assert threshold_for_terms(logits, 1) == 1.0  # 2 and 3 stay above: one term per document
+    assert threshold_for_terms(logits, 3) == -2.0
+    stats = activity(logits, 0.0)
+    assert stats == {"active_mean": 2.0, "active_p50": 2.0, "active_p90": 2.0, "positive_share": 0.5,
+                     "dead_share": 0.5, "flops": 2.0}
+    assert activity(logits, 0.0, query_logits=logits[:1] - 2)["flops"] == 1.0  # only term 0 in queries
+
+
+def test_apc_brings_shifted_biases_back(encoder: SpladeEncoder, texts: list[str]) -> None:
+    original = activity(pooled_logits(encoder, texts), 0.0)
+    cut = 100 * (1 - original["positive_share"])
+    bias = encoder.model.get_output_embeddings().bias
+    saved = bias.detach().clone()
+    rows = []
+    try:
+        for shift in (2.0, -2.0):
+            with torch.no_grad():
+                bias.copy_(saved + shift)
+            delta, report = calibrate_bias(encoder, texts, cut_percent=cut)
+            before, after = report["before"]["active_mean"], report["after"]["active_mean"]
+            rows.append(f"{shift:+.0f}: {before} -> {after} (delta {delta:+.3f}, "
+                        f"dead {report['before']['dead_share']:.3f} -> {report['after']['dead_share']:.3f})")
+            assert (before > original["active_mean"]) == (shift > 0)
+            assert abs(after / original["active_mean"] - 1) < 0.2
+            assert delta == pytest.approx(-shift, abs=0.05)
+    finally:
+        with torch.no_grad():
+            bias.copy_(saved)
+    print(f"\nAPC on {DOCS} SciFact docs, original {original['active_mean']} active terms/doc, "
+          f"cut {cut:.2f}%:\n  " + "\n  ".join(rows))
+
+
+def test_command_line_saves_the_shifted_checkpoint(
+    splade_tiny: Path, texts: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": str(i), "title": "", "text": text}) + "\n"
+                              for i, text in enumerate(texts[:40])))
+    out = tmp_path / "calibrated"
+    args = ["--model", str(splade_tiny), "--corpus", str(corpus), "--docs", "30", "--max-length", "64"]
+    assert main([*args, "--target-terms", "40", "--out", str(out)]) == 0
+    report = json.loads((out / REPORT_NAME).read_text())
+    assert report["documents"] == report["sample_documents"] == 30
+    assert report["after"]["active_mean"] == pytest.approx(40, abs=1)
+    calibrated = AutoModelForMaskedLM.from_pretrained(out).get_output_embeddings().bias
+    original = AutoModelForMaskedLM.from_pretrained(splade_tiny).get_output_embeddings().bias
+    torch.testing.assert_close(calibrated, original + report["delta"])
+    assert len(AutoTokenizer.from_pretrained(out)) == 30522
+
+    capsys.readouterr()
+    assert main([*args, "--cut-percent", "120", "--out", str(tmp_path / "bad")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: --cut-percent must be between")
+    assert main([*args, "--out", str(out)]) == 2  # not empty
+    with pytest.raises(SystemExit):
+        main([*args, "--cut-percent", "60", "--target-terms", "40", "--out", str(tmp_path / "both")])
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["calibrated", "corpus.jsonl"]
