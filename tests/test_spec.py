@@ -51,7 +51,7 @@ def test_valid_spec_loads_with_defaults(tmp_path):
         (VALID.replace("{ndcg@10: 0.6789, recall@100: null}", "{ndcg@10: high}"), r"spec\.yaml:11: .*must be a number"),
         (VALID.replace("{ndcg@10: 0.6789}", "{map@100: 0.1}"), r"spec\.yaml:12: unknown key 'map@100'"),
         (VALID.replace("rounding: half-up", "rounding: nearest"), r"spec\.yaml:16: unknown rounding 'nearest'"),
-        (VALID.replace("    model: splade-tiny\n", ""), r"spec\.yaml:13: .*needs 'retrieval: bm25' or a 'model'"),
+        (VALID.replace("    model: splade-tiny\n", ""), r"spec\.yaml:13: .*needs 'retrieval: bm25', a 'model' or a 'transfer'"),
         (VALID.replace("[ndcg@10, recall@100]", "[ndcg@ten]"), r"spec\.yaml:4: unknown metric 'ndcg@ten'"),
         (VALID.replace("  bm25-flat:  # inline comment", "  bm25-flat: [oops"), r"spec\.yaml:\d+: malformed YAML"),
         ("- just\n- a list\n", r"spec\.yaml:1: a spec must be a YAML mapping"),
@@ -61,6 +61,34 @@ def test_bad_specs_name_file_and_line(tmp_path, broken, message):
     with pytest.raises(VtreproError, match=message) as error:
         load_spec(write(tmp_path, broken))
     assert "\n" not in str(error.value)
+
+
+TRANSFER = """\
+conditions:
+  vt:
+    transfer:
+      source: splade-tiny
+      reference: sentence-transformers/all-MiniLM-L6-v2
+      init: topology
+      temperature: 0.5
+      leaveout: {fraction: 0.1}
+    calibrate: {dataset: scifact, docs: 500, target_terms: 286}
+    datasets:
+      scifact:
+"""
+
+
+def test_transfer_and_calibrate_blocks(tmp_path):
+    condition = load_spec(write(tmp_path, TRANSFER)).conditions[0]
+    assert condition.retrieval == "impact" and condition.model is None
+    assert condition.transfer == {"source": "splade-tiny", "reference": "sentence-transformers/all-MiniLM-L6-v2",
+                                  "init": "topology", "temperature": 0.5, "leaveout": {"fraction": 0.1, "seed": 0}}
+    assert condition.calibrate == {"dataset": "scifact", "docs": 500, "target_terms": 286.0}
+    broken = TRANSFER.replace("target_terms: 286", "target_terms: 286, cut_percent: 60")
+    with pytest.raises(VtreproError, match=r"spec\.yaml:9: .*not both"):
+        load_spec(write(tmp_path, broken))
+    with pytest.raises(VtreproError, match=r"spec\.yaml:4: unknown key 'sorce'"):
+        load_spec(write(tmp_path, TRANSFER.replace("source:", "sorce:")))
 
 
 def test_missing_spec_is_an_error():

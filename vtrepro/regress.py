@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 from vtrepro.errors import EXIT_MISMATCH, EXIT_OK, VtreproError, cli_entry
 from vtrepro.io import atomic_write, write_json
@@ -79,12 +80,64 @@ def compare_averages(condition: Condition, observations: dict[str, Observation])
     return rows
 
 
+def _cached_build(folder: Path, settings: dict[str, Any], build: Callable[[Path], None]) -> Path:
+    """Build ``folder`` unless it was already built from the same settings (``build.json`` stamp)."""
+    stamp = folder.parent / f"{folder.name}.build.json"
+    if folder.is_dir() and stamp.is_file() and json.loads(stamp.read_text()) == settings:
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    build(folder)
+    write_json(stamp, settings)
+    return folder
+
+
+def build_model(condition: Condition, work_dir: Path, model_dir: str | None, data_dir: str | None) -> str:
+    """The condition's model: its ``model``, or the checkpoint its transfer/calibrate blocks build."""
+    model = condition.model
+    if condition.transfer:
+        from vtrepro.transfer import DEFAULT_TARGET, make_leaveout_source, run_transfer
+
+        settings = dict(condition.transfer)
+        source = settings.pop("source")
+        if "leaveout" in settings:
+            leaveout = settings.pop("leaveout")
+
+            def save_leaveout(folder: Path) -> None:
+                from vtrepro.models import resolve_model
+
+                model_, tokenizer, held_out = make_leaveout_source(resolve_model(source, model_dir), **leaveout)
+                model_.save_pretrained(folder)
+                tokenizer.save_pretrained(folder)
+                write_json(folder / "held_out_tokens.json", held_out)
+
+            source = str(_cached_build(work_dir / "leaveout-source", {"source": source, **leaveout}, save_leaveout))
+        target = settings.pop("target_tokenizer", DEFAULT_TARGET)
+        reference = settings.pop("reference", None)
+        init = settings.pop("init", "topology")
+        stamp = {"source": source, "target_tokenizer": target, "reference": reference, "init": init, **settings}
+        model = str(_cached_build(
+            work_dir / "transferred", stamp,
+            lambda folder: run_transfer(source, target, reference, init, folder, model_dir=model_dir, **settings),
+        ))
+    if condition.calibrate:
+        from vtrepro.calibrate import run_calibration
+
+        settings = dict(condition.calibrate)
+        dataset = settings.pop("dataset")
+        model = str(_cached_build(
+            work_dir / "calibrated", {"model": model, **condition.calibrate},
+            lambda folder: run_calibration(model, folder, dataset=dataset, data_dir=data_dir, model_dir=model_dir, **settings),
+        ))
+    return model
+
+
 class ConditionRunner:
     """Runs one condition over datasets, keeping artifacts under ``<output>/<condition>/<dataset>/``."""
 
-    def __init__(self, condition: Condition, spec: Spec, output: Path, model_dir: str | None, threads: int):
+    def __init__(self, condition: Condition, spec: Spec, output: Path, model_dir: str | None, data_dir: str | None,
+                 threads: int):
         self.condition, self.spec, self.output = condition, spec, output
-        self.model_dir, self.threads = model_dir, threads
+        self.model_dir, self.data_dir, self.threads = model_dir, data_dir, threads
         self._encoder = None
 
     @property
@@ -93,8 +146,9 @@ class ConditionRunner:
             from vtrepro.encoder import SpladeEncoder
 
             settings = self.condition.encoder
+            model = build_model(self.condition, self.output / self.condition.name, self.model_dir, self.data_dir)
             self._encoder = SpladeEncoder(
-                self.condition.model,
+                model,
                 model_dir=self.model_dir,
                 max_length_doc=settings.max_length_doc,
                 max_length_query=settings.max_length_query,
@@ -212,9 +266,13 @@ def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], data
         if condition.retrieval == "bm25":
             what = f"BM25 k1={condition.bm25['k1']} b={condition.bm25['b']}"
         else:
-            resolved = resolve_model(condition.model, model_dir)
-            where = "local" if Path(resolved).is_dir() else "needs the Hugging Face Hub"
-            what = f"model {condition.model} ({where})"
+            base = condition.model or condition.transfer["source"]
+            where = "local" if Path(resolve_model(base, model_dir)).is_dir() else "needs the Hugging Face Hub"
+            what = f"model {base} ({where})"
+            if condition.transfer:
+                what += f", transferred ({condition.transfer.get('init', 'topology')})"
+            if condition.calibrate:
+                what += f", calibrated on {condition.calibrate['dataset']}"
         root = data_root(data_dir)
         local = root is not None and any((root / sub / dataset.name).is_dir() for sub in ("beir", "."))
         pinned = sum(value is not None for value in dataset.scores.values())
@@ -259,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     recorded: dict[tuple[str, str], dict] = {}
     chosen = {(condition.name, dataset_run.name) for condition, dataset_run in selected}
     for condition in spec.conditions:
-        runner = ConditionRunner(condition, spec, out_dir, args.model_dir, args.threads)
+        runner = ConditionRunner(condition, spec, out_dir, args.model_dir, args.data_dir, args.threads)
         observations: dict[str, Observation] = {}
         for dataset_run in condition.datasets:
             if (condition.name, dataset_run.name) not in chosen:

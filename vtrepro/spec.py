@@ -27,8 +27,13 @@ _SPEC_KEYS = {"description", "defaults", "conditions"}
 _DEFAULT_KEYS = {"split", "k", "metrics"}
 _CONDITION_KEYS = {
     "description", "retrieval", "model", "trust_remote_code", "bm25", "encoder", "quantization",
-    "reference_source", "reference_tolerance", "reference_average", "datasets",
+    "reference_source", "reference_tolerance", "reference_average", "datasets", "transfer", "calibrate",
 }
+_TRANSFER_KEYS = {
+    "source", "target_tokenizer", "reference", "init", "temperature", "similarity", "target_norm", "seed", "leaveout",
+}
+_LEAVEOUT_KEYS = {"fraction", "seed"}
+_CALIBRATE_KEYS = {"dataset", "docs", "cut_percent", "target_terms", "max_length"}
 _DATASET_KEYS = {"split", "scores", "reference", "index"}
 _ENCODER_KEYS = {"max_length_doc", "max_length_query", "batch_size"}
 
@@ -65,6 +70,8 @@ class Condition:
     reference_tolerance: float = 0.0
     reference_average: dict[str, float] = field(default_factory=dict)
     description: str = ""
+    transfer: dict[str, Any] | None = None
+    calibrate: dict[str, Any] | None = None
 
 
 @dataclass
@@ -174,11 +181,12 @@ def load_spec(spec: str | Path) -> Spec:
 def _load_condition(check: _Checker, parent: CommentedMap, name: str, metrics, split: str) -> Condition:
     where = f"condition '{name}'"
     node = check.mapping(parent, name, _CONDITION_KEYS, where)
-    retrieval = node.get("retrieval", "impact" if "model" in node else None)
+    builds_model = "model" in node or "transfer" in node
+    retrieval = node.get("retrieval", "impact" if builds_model else None)
     if retrieval not in ("bm25", "impact"):
-        raise check.fail(parent, name, f"{where} needs 'retrieval: bm25' or a 'model' for impact retrieval")
-    if retrieval == "impact" and not node.get("model"):
-        raise check.fail(parent, name, f"{where} uses impact retrieval but names no 'model'")
+        raise check.fail(parent, name, f"{where} needs 'retrieval: bm25', a 'model' or a 'transfer' block")
+    if retrieval == "impact" and not (node.get("model") or "transfer" in node):
+        raise check.fail(parent, name, f"{where} uses impact retrieval but names no 'model' and no 'transfer'")
     condition = Condition(name=name, retrieval=retrieval, datasets=[], description=str(node.get("description", "")))
     condition.model = node.get("model")
     condition.trust_remote_code = bool(node.get("trust_remote_code", False))
@@ -199,6 +207,10 @@ def _load_condition(check: _Checker, parent: CommentedMap, name: str, metrics, s
             )
         except VtreproError as error:
             raise check.fail(node, "quantization", str(error)) from None
+    if "transfer" in node:
+        condition.transfer = _load_transfer(check, node, f"{where}.transfer")
+    if "calibrate" in node:
+        condition.calibrate = _load_calibrate(check, node, f"{where}.calibrate")
     condition.reference_source = node.get("reference_source")
     if "reference_tolerance" in node:
         condition.reference_tolerance = check.number(node, "reference_tolerance", where)
@@ -220,6 +232,38 @@ def _load_condition(check: _Checker, parent: CommentedMap, name: str, metrics, s
             )
         )
     return condition
+
+
+def _load_transfer(check: _Checker, parent: CommentedMap, where: str) -> dict[str, Any]:
+    node = check.mapping(parent, "transfer", _TRANSFER_KEYS, where)
+    if not node.get("source"):
+        raise check.fail(parent, "transfer", f"{where} needs 'source': the masked-LM checkpoint to transfer")
+    settings: dict[str, Any] = {key: node[key] for key in node if key != "leaveout"}
+    for key in ("temperature",):
+        if key in node:
+            settings[key] = check.number(node, key, where)
+    if "seed" in node:
+        settings["seed"] = check.number(node, "seed", where, int)
+    if "leaveout" in node:
+        leaveout = check.mapping(node, "leaveout", _LEAVEOUT_KEYS, f"{where}.leaveout")
+        settings["leaveout"] = {
+            "fraction": check.number(leaveout, "fraction", f"{where}.leaveout") if "fraction" in leaveout else 0.1,
+            "seed": check.number(leaveout, "seed", f"{where}.leaveout", int) if "seed" in leaveout else 0,
+        }
+    return settings
+
+
+def _load_calibrate(check: _Checker, parent: CommentedMap, where: str) -> dict[str, Any]:
+    node = check.mapping(parent, "calibrate", _CALIBRATE_KEYS, where)
+    if not node.get("dataset"):
+        raise check.fail(parent, "calibrate", f"{where} needs 'dataset': the calibration corpus")
+    if "cut_percent" in node and "target_terms" in node:
+        raise check.fail(node, "target_terms", f"{where}: give cut_percent or target_terms, not both")
+    settings: dict[str, Any] = {"dataset": str(node["dataset"])}
+    for key, kind in (("docs", int), ("cut_percent", float), ("target_terms", float), ("max_length", int)):
+        if key in node:
+            settings[key] = check.number(node, key, where, kind)
+    return settings
 
 
 def record_observed(path: Path, observed: dict[tuple[str, str], dict[str, Any]]) -> None:
