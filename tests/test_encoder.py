@@ -1,0 +1,149 @@
+"""SpladeEncoder on the real splade-tiny checkpoint, checked against the model's own full logits."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vtrepro.encoder import SpladeEncoder, splade_activation
+from vtrepro.errors import VtreproError
+
+MAX_LENGTH_DOC = 48
+MAX_LENGTH_QUERY = 16
+TEXTS = [
+    "what causes heart attacks",
+    "",
+    "Protein folding in the endoplasmic reticulum. " * 20,  # longer than both max lengths
+    "[CLS] [SEP] [MASK] literal special tokens",
+    "Vitamin D deficiency and bone density in elderly women",
+    "cells",
+]
+
+
+@pytest.fixture(scope="module")
+def encoder(splade_tiny: Path) -> SpladeEncoder:
+    return SpladeEncoder(
+        splade_tiny, max_length_doc=MAX_LENGTH_DOC, max_length_query=MAX_LENGTH_QUERY, batch_size=4
+    )
+
+
+def naive_max_logits(encoder: SpladeEncoder, texts: list[str], max_length: int) -> torch.Tensor:
+    """The reference: full (batch, length, vocab) logits from model(**batch), max over real tokens."""
+    batch = encoder.tokenizer(texts, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        logits = encoder.model(**batch).logits
+    padding = ~batch["attention_mask"].bool()
+    return logits.masked_fill(padding[..., None], float("-inf")).amax(dim=1)
+
+
+def dense(encoder: SpladeEncoder, vectors: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    matrix = np.zeros((len(vectors), encoder.model.config.vocab_size), dtype=np.float32)
+    for row, (term_ids, weights) in zip(matrix, vectors):
+        row[term_ids] = weights
+    return matrix
+
+
+@pytest.mark.parametrize(("kind", "max_length"), [("doc", MAX_LENGTH_DOC), ("query", MAX_LENGTH_QUERY)])
+def test_packed_path_equals_full_logits(encoder: SpladeEncoder, kind: str, max_length: int) -> None:
+    expected = naive_max_logits(encoder, TEXTS, max_length)
+    actual = encoder.max_logits(TEXTS, kind)
+    assert actual.shape == expected.shape
+    assert actual.dtype == torch.float32
+    torch.testing.assert_close(actual, expected, atol=1e-4, rtol=0)
+
+    reference = splade_activation(expected)
+    reference[:, sorted(encoder.special_ids)] = 0
+    np.testing.assert_allclose(dense(encoder, encoder.encode(TEXTS, kind)), reference.numpy(), atol=1e-4, rtol=0)
+
+
+def test_truncation_applies(encoder: SpladeEncoder) -> None:
+    long_text = TEXTS[2]
+    as_doc = encoder.max_logits([long_text], "doc")
+    torch.testing.assert_close(as_doc, naive_max_logits(encoder, [long_text], MAX_LENGTH_DOC), atol=1e-4, rtol=0)
+    assert not torch.equal(as_doc, encoder.max_logits([long_text], "query"))
+
+
+def test_query_top_terms(encoder: SpladeEncoder) -> None:
+    term_ids, weights = encoder.encode(["what causes heart attacks"], "query")[0]
+    top = {encoder.vocabulary[i] for i in term_ids[np.argsort(-weights)[:6]]}
+    assert {"heart", "causes", "attack"} <= top
+
+
+def test_vector_format(encoder: SpladeEncoder) -> None:
+    for term_ids, weights in encoder.encode(TEXTS, "doc"):
+        assert term_ids.dtype == np.int64 and weights.dtype == np.float32
+        assert len(term_ids) == len(weights)
+        assert np.all(np.diff(term_ids) > 0)
+        assert np.all(weights > 0)
+        assert not encoder.special_ids & set(term_ids.tolist())
+
+
+def test_special_tokens_are_dropped(encoder: SpladeEncoder) -> None:
+    assert {encoder.tokenizer.cls_token_id, encoder.tokenizer.sep_token_id, encoder.tokenizer.pad_token_id} <= encoder.special_ids
+    text = "[UNK] [PAD]"  # gives [UNK] a positive weight on splade-tiny
+    raw = splade_activation(encoder.max_logits([text], "query"))[0]
+    assert raw[encoder.tokenizer.unk_token_id] > 0, "the check below needs a special term with weight"
+    term_ids, _ = encoder.encode([text], "query")[0]
+    assert len(term_ids) > 0
+    assert not encoder.special_ids & set(term_ids.tolist())
+
+
+def test_input_order_is_preserved(encoder: SpladeEncoder) -> None:
+    texts = TEXTS  # unsorted lengths, two batches of 4
+    together = dense(encoder, encoder.encode(texts, "doc"))
+    one_by_one = dense(encoder, [encoder.encode([text], "doc")[0] for text in texts])
+    np.testing.assert_allclose(together, one_by_one, atol=1e-4, rtol=0)
+
+
+def test_deterministic(encoder: SpladeEncoder) -> None:
+    first, second = encoder.encode(TEXTS, "doc"), encoder.encode(TEXTS, "doc")
+    for (ids_a, weights_a), (ids_b, weights_b) in zip(first, second):
+        assert np.array_equal(ids_a, ids_b) and np.array_equal(weights_a, weights_b)
+
+
+def test_max_logits_consistent_with_encode(encoder: SpladeEncoder) -> None:
+    weights = splade_activation(encoder.max_logits(TEXTS, "query"))
+    weights[:, sorted(encoder.special_ids)] = 0
+    assert np.array_equal(dense(encoder, encoder.encode(TEXTS, "query")), weights.numpy())
+
+
+def test_vocabulary(encoder: SpladeEncoder) -> None:
+    assert len(encoder.vocabulary) == 30522
+    assert encoder.vocabulary[encoder.tokenizer.convert_tokens_to_ids("heart")] == "heart"
+
+
+def test_empty_input(encoder: SpladeEncoder) -> None:
+    assert encoder.encode([], "doc") == []
+    assert encoder.max_logits([], "doc").shape == (0, 30522)
+
+
+def test_bad_settings(splade_tiny: Path, encoder: SpladeEncoder) -> None:
+    with pytest.raises(VtreproError, match="exceeds"):
+        SpladeEncoder(splade_tiny, max_length_doc=4096)
+    with pytest.raises(VtreproError, match="batch_size"):
+        SpladeEncoder(splade_tiny, batch_size=0)
+    with pytest.raises(ValueError, match="kind"):
+        encoder.encode(["x"], "passage")
+
+
+SMALL = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, pad_token_id=0)
+ARCHITECTURES = {
+    "roberta": dict(SMALL, max_position_embeddings=514),
+    "distilbert": dict(vocab_size=30522, dim=32, n_layers=1, n_heads=2, hidden_dim=64, pad_token_id=0),
+    "modernbert": dict(SMALL, global_attn_every_n_layers=1, local_attention=16, cls_token_id=101, sep_token_id=102),
+}
+
+
+@pytest.mark.parametrize("architecture", sorted(ARCHITECTURES))
+def test_other_architectures(architecture: str, splade_tiny: Path, tmp_path: Path) -> None:
+    """Heads of other MLM families are found and split correctly (randomly initialised, splade-tiny's tokenizer)."""
+    from transformers import AutoConfig, AutoModelForMaskedLM
+
+    torch.manual_seed(0)
+    AutoModelForMaskedLM.from_config(AutoConfig.for_model(architecture, **ARCHITECTURES[architecture])).save_pretrained(tmp_path)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / name).symlink_to(splade_tiny / name)
+    encoder = SpladeEncoder(tmp_path, max_length_doc=MAX_LENGTH_DOC)
+    torch.testing.assert_close(encoder.max_logits(TEXTS), naive_max_logits(encoder, TEXTS, MAX_LENGTH_DOC), atol=1e-4, rtol=0)

@@ -1,0 +1,198 @@
+"""Benchmarks.
+
+``python -m vtrepro.bench encode`` times document encoding with :class:`SpladeEncoder` against
+sentence-transformers' ``SparseEncoder`` on the same model and documents, and checks that both give
+the same vectors (special tokens dropped). Exit status 1 when a weight differs by more than 1e-4.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence, TypeVar
+
+import numpy as np
+import torch
+
+from vtrepro.errors import EXIT_MISMATCH, EXIT_OK, VtreproError, cli_entry
+from vtrepro.models import resolve_model
+
+SparseVector = tuple[np.ndarray, np.ndarray]
+T = TypeVar("T")
+QUANTIZATION_SCALE = 100
+WEIGHT_TOLERANCE = 1e-4
+"""Largest weight difference accepted as float32 rounding; quantized impacts may then differ by 1 at .5 ties."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    name: str
+    seconds: float
+    cpu_seconds: float
+    documents: int
+
+    @property
+    def docs_per_second(self) -> float:
+        return self.documents / self.seconds
+
+    @property
+    def cores_used(self) -> float:
+        """Average cores this process kept busy: below the thread count when other jobs took CPU."""
+        return self.cpu_seconds / self.seconds
+
+
+@dataclass(frozen=True)
+class Agreement:
+    documents: int
+    max_abs_difference: float
+    identical_quantized: int
+    differing_impacts: int
+    max_impact_difference: int
+
+    @property
+    def identical_fraction(self) -> float:
+        return self.identical_quantized / self.documents if self.documents else 1.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vtrepro.bench", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    encode = commands.add_parser("encode", help="document encoding throughput vs sentence-transformers SparseEncoder")
+    encode.add_argument("--model", help="model folder (default: $VTREPRO_MODELS/splade-tiny)")
+    encode.add_argument("--data-dir", help="data root holding beir/<dataset> (default: $VTREPRO_DATA)")
+    encode.add_argument("--dataset", default="scifact", help="BEIR dataset name or folder (default scifact)")
+    encode.add_argument("--limit", type=int, default=500, help="first N documents; 0 for all (default 500)")
+    encode.add_argument("--batch-size", type=int, default=32)
+    encode.add_argument("--max-length", type=int, default=512)
+    encode.add_argument("--repeat", type=int, default=1, help="timed runs of each encoder, best kept (default 1)")
+    args = parser.parse_args(argv)
+    if args.limit < 0 or args.repeat < 1:
+        raise VtreproError("--limit must be >= 0 and --repeat >= 1")
+    return bench_encode(_default_model(args.model), args.dataset, args.data_dir, args.limit,
+                        args.batch_size, args.max_length, args.repeat)
+
+
+def bench_encode(model: str, dataset: str, data_dir: str | None, limit: int, batch_size: int,
+                 max_length: int, repeat: int) -> int:
+    """Time both encoders on the same documents, print throughput and vector agreement."""
+    from sentence_transformers import SparseEncoder
+
+    from vtrepro.datasets import load_dataset
+    from vtrepro.encoder import SpladeEncoder
+
+    documents = load_dataset(dataset, data_dir).corpus()
+    texts = [document.contents for document in (documents[:limit] if limit else documents)]
+    ours = SpladeEncoder(model, max_length_doc=max_length, batch_size=batch_size)
+    theirs = SparseEncoder(resolve_model(model), device="cpu")
+    theirs.max_seq_length = max_length
+    token_counts = [len(ids) for ids in ours.tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]]
+    print(_machine())
+    print(f"documents: {len(texts)} of {dataset}, mean {np.mean(token_counts):.0f} tokens "
+          f"(max length {max_length}, batch size {batch_size}), model {model}")
+
+    def encode_ours(batch: list[str]) -> list[SparseVector]:
+        return ours.encode(batch, kind="doc")
+
+    def encode_theirs(batch: list[str]) -> torch.Tensor:
+        return theirs.encode_document(batch, batch_size=batch_size)
+
+    encode_ours(texts[:batch_size]), encode_theirs(texts[:batch_size])  # warm-up: lazy initialisation
+    our_timing, our_vectors = _best_of(repeat, "vtrepro SpladeEncoder", encode_ours, texts)
+    their_timing, their_embeddings = _best_of(repeat, "sentence-transformers SparseEncoder", encode_theirs, texts)
+    for timing in (our_timing, their_timing):
+        print(f"{timing.name}: {timing.docs_per_second:.1f} docs/s "
+              f"({timing.seconds:.1f} s, {timing.cores_used:.2f} cores busy)")
+    print(f"speedup: {our_timing.docs_per_second / their_timing.docs_per_second:.2f}x")
+
+    agreement = compare(our_vectors, _sparse_rows(their_embeddings, ours.special_ids))
+    print(f"vectors: max |weight difference| {agreement.max_abs_difference:.2e}; "
+          f"quantized round(w*{QUANTIZATION_SCALE}) identical for {agreement.identical_quantized}/{agreement.documents} "
+          f"docs ({agreement.identical_fraction:.2%}); {agreement.differing_impacts} impacts differ, "
+          f"by at most {agreement.max_impact_difference}")
+    return EXIT_OK if agreement.max_abs_difference <= WEIGHT_TOLERANCE else EXIT_MISMATCH
+
+
+def compare(ours: Sequence[SparseVector], theirs: Sequence[SparseVector]) -> Agreement:
+    """Largest weight difference over all terms (a missing term weighs 0), and how the quantized vectors differ."""
+    max_difference, identical, differing_impacts, max_impact_difference = 0.0, 0, 0, 0
+    for (our_ids, our_weights), (their_ids, their_weights) in zip(ours, theirs, strict=True):
+        our_terms = dict(zip(our_ids.tolist(), our_weights.tolist()))
+        their_terms = dict(zip(their_ids.tolist(), their_weights.tolist()))
+        for term in our_terms.keys() | their_terms.keys():
+            max_difference = max(max_difference, abs(our_terms.get(term, 0.0) - their_terms.get(term, 0.0)))
+        our_impacts, their_impacts = _quantized(our_ids, our_weights), _quantized(their_ids, their_weights)
+        impact_differences = [
+            abs(our_impacts.get(term, 0) - their_impacts.get(term, 0)) for term in our_impacts.keys() | their_impacts.keys()
+        ]
+        differing = sum(difference > 0 for difference in impact_differences)
+        identical += differing == 0
+        differing_impacts += differing
+        max_impact_difference = max([max_impact_difference, *impact_differences])
+    return Agreement(len(ours), max_difference, identical, differing_impacts, max_impact_difference)
+
+
+def _quantized(term_ids: np.ndarray, weights: np.ndarray) -> dict[int, int]:
+    impacts = np.rint(weights * QUANTIZATION_SCALE).astype(np.int64)
+    return {term: impact for term, impact in zip(term_ids.tolist(), impacts.tolist()) if impact > 0}
+
+
+def _best_of(repeat: int, name: str, encode: Callable[[list[str]], T], texts: list[str]) -> tuple[Timing, T]:
+    """Fastest of ``repeat`` timed runs, with the output of the last."""
+    best: Timing | None = None
+    for _ in range(repeat):
+        started, cpu_started = time.perf_counter(), time.process_time()
+        output = encode(texts)
+        timing = Timing(name, time.perf_counter() - started, time.process_time() - cpu_started, len(texts))
+        if best is None or timing.seconds < best.seconds:
+            best = timing
+    return best, output
+
+
+def _sparse_rows(embeddings: torch.Tensor, special_ids: frozenset[int]) -> list[SparseVector]:
+    """Rows of a sparse COO (docs, vocab) tensor as (ascending term ids, weights), special ids and zeros dropped."""
+    embeddings = embeddings.coalesce()
+    rows, term_ids = embeddings.indices().numpy()
+    weights = embeddings.values().numpy().astype(np.float32)
+    boundaries = np.searchsorted(rows, np.arange(1, embeddings.shape[0]))
+    return [
+        _without((ids.astype(np.int64), values), special_ids)
+        for ids, values in zip(np.split(term_ids, boundaries), np.split(weights, boundaries))
+    ]
+
+
+def _without(vector: SparseVector, special_ids: frozenset[int]) -> SparseVector:
+    term_ids, weights = vector
+    keep = (weights > 0) & ~np.isin(term_ids, list(special_ids))
+    return term_ids[keep], weights[keep]
+
+
+def _default_model(model: str | None) -> str:
+    if model:
+        return model
+    models = os.environ.get("VTREPRO_MODELS")
+    if not models:
+        raise VtreproError("no model: pass --model or set VTREPRO_MODELS to a folder holding splade-tiny")
+    return str(Path(models) / "splade-tiny")
+
+
+def _machine() -> str:
+    return (f"machine: {os.cpu_count()} cores ({_cpu_model()}), torch {torch.__version__} with "
+            f"{torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.2f} at start")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+if __name__ == "__main__":
+    sys.exit(cli_entry(main)())
