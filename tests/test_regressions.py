@@ -71,3 +71,17 @@ def test_rerun_reuses_encodings_and_gives_byte_identical_runs(splade_tiny_run):
     assert regress(args) == 0
     for dataset, content in first.items():
         assert (out_dir / "splade-tiny" / dataset / "run.trec").read_bytes() == content
+
+
+def test_identity_transfer_reproduces_splade_tiny(splade_tiny_run, tmp_path, data_dir, models_dir):
+    """The identity transfer's weights fingerprint equals splade-tiny's, so the encoded corpus of the
+    splade-tiny run is accepted as its own (a different model would be refused), and the scores match."""
+    import shutil
+
+    _, out_dir, _ = splade_tiny_run
+    target = tmp_path / "vt_identity_splade_tiny" / "identity" / "scifact"
+    shutil.copytree(out_dir / "splade-tiny" / "scifact", target, ignore=shutil.ignore_patterns("index", "run.trec"))
+    code = regress(["--spec", str(REGRESSIONS_DIR / "vt_identity_splade_tiny.yaml"), "--datasets", "scifact",
+                    "--data-dir", str(data_dir), "--model-dir", str(models_dir), "--output", str(tmp_path)])
+    assert code == 0
+    assert read_trec_run(target / "run.trec") == read_trec_run(out_dir / "splade-tiny" / "scifact" / "run.trec")

@@ -85,8 +85,8 @@ def _finished_shards(out_dir: Path, manifest: dict | None, settings: dict) -> li
         return []
     if manifest.get("settings") != settings:
         raise VtreproError(
-            f"{out_dir / MANIFEST_NAME}: this folder was encoded with other settings (model, corpus or "
-            "quantization); delete it or choose another --output"
+            f"{out_dir / MANIFEST_NAME}: this folder was encoded with other settings (model weights, "
+            "vocabulary, corpus, lengths or quantization); delete it or choose another --output"
         )
     finished = []
     for shard in manifest["shards"]:
@@ -108,14 +108,15 @@ def encode_corpus(
     """Encode ``documents`` into ``out_dir`` (resuming a partial run) and return the manifest."""
     out_dir = Path(out_dir)
     settings = {
-        "model": str(getattr(encoder.model, "name_or_path", "")),
         "model_sha256": model_fingerprint(encoder.model),
+        "vocabulary_sha256": hashlib.sha256("\n".join(encoder.vocabulary).encode()).hexdigest(),
         "max_length_doc": encoder.max_length_doc,
         "quantization": quantization.to_dict(),
         "corpus_sha256": corpus_fingerprint(documents),
         "shard_size": shard_size,
     }
     shards = _finished_shards(out_dir, load_manifest(out_dir), settings)
+    model_name = str(getattr(encoder.model, "name_or_path", ""))
     terms = escaped_vocabulary(encoder.vocabulary)
     vectors_dir = out_dir / VECTORS_DIRNAME
     vectors_dir.mkdir(parents=True, exist_ok=True)
@@ -132,17 +133,18 @@ def encode_corpus(
     for index in range(len(shards), len(expected_files)):
         batch = documents[index * shard_size : (index + 1) * shard_size]
         shards.append(_encode_shard(encoder, batch, terms, quantization, vectors_dir / f"part-{index:05d}.jsonl"))
-        _write_manifest(out_dir, settings, shards, complete=False)
+        _write_manifest(out_dir, model_name, settings, shards, complete=False)
         if progress is not None:
             progress.update(len(batch))
     if progress is not None:
         progress.close()
-    return _write_manifest(out_dir, settings, shards, complete=True)
+    return _write_manifest(out_dir, model_name, settings, shards, complete=True)
 
 
-def _write_manifest(out_dir: Path, settings: dict, shards: list[dict], complete: bool) -> dict[str, Any]:
+def _write_manifest(out_dir: Path, model: str, settings: dict, shards: list[dict], complete: bool) -> dict[str, Any]:
     manifest = {
         "format": MANIFEST_FORMAT,
+        "model": model,
         "settings": settings,
         "complete": complete,
         "documents": sum(shard["documents"] for shard in shards),
