@@ -83,3 +83,15 @@ def test_missing_index_is_a_clear_error(tmp_path):
         index_stats(tmp_path)
     with pytest.raises(VtreproError, match="no \\*.jsonl"):
         build_impact_index(tmp_path, tmp_path / "idx")
+
+
+def test_dense_queries_beyond_lucene_clause_limit(tmp_path):
+    terms = [f"t{index}" for index in range(3000)]
+    folder = tmp_path / "vectors"
+    folder.mkdir()
+    with open(folder / "part-00000.jsonl", "w") as handle:
+        handle.write(json.dumps({"id": "dense", "contents": "", "vector": {term: 1 for term in terms}}) + "\n")
+        handle.write(json.dumps({"id": "sparse", "contents": "", "vector": {"t7": 5}}) + "\n")
+    build_impact_index(folder, tmp_path / "index")
+    run = search_impact(tmp_path / "index", {"q": {term: 2 for term in terms}}, k=10)
+    assert run["q"] == {"dense": 6000.0, "sparse": 10.0}

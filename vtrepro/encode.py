@@ -129,7 +129,7 @@ def encode_corpus(
     if show_progress:
         from tqdm import tqdm
 
-        progress = tqdm(total=len(documents), initial=len(shards) * shard_size, unit="doc", desc="encode")
+        progress = tqdm(total=len(documents), initial=sum(shard["documents"] for shard in shards), unit="doc", desc="encode")
     for index in range(len(shards), len(expected_files)):
         batch = documents[index * shard_size : (index + 1) * shard_size]
         shards.append(_encode_shard(encoder, batch, terms, quantization, vectors_dir / f"part-{index:05d}.jsonl"))

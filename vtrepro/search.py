@@ -59,6 +59,10 @@ def search_impact(
                 raise VtreproError(f"query '{qid}' has a non-integer weight for '{term}': quantize query vectors")
             query.put(term, integer(weight))
         java_queries.append(query)
+    longest = max((len(vector) for vector in queries.values()), default=0)
+    index_searcher = java_class("org.apache.lucene.search.IndexSearcher")
+    if longest > index_searcher.getMaxClauseCount():  # dense queries (an untrained model) have thousands of terms
+        index_searcher.setMaxClauseCount(longest)
     searcher = java_class("io.anserini.search.SimpleImpactSearcher")(str(index_dir))
     try:
         hits = searcher.batch_search(_java_list(java_queries), _java_list(qids), k + int(remove_query_id), threads)
