@@ -1,0 +1,320 @@
+"""SPLADE training: recipes, data order, the sparse max-pool gradient, FLOPS effect, MLM, DDP and resume."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from vtrepro.datasets import load_dataset
+from vtrepro.errors import VtreproError
+from vtrepro.io import read_jsonl
+from vtrepro.train import (
+    LOG_NAME,
+    MaxPooledProjection,
+    SpladeModel,
+    load_recipe,
+    main,
+    run_recipe,
+)
+from vtrepro.training_data import (
+    PairTrainingSet,
+    TriplesTrainingSet,
+    batch_examples,
+    msmarco_training_set,
+    read_teacher_scores,
+    with_teacher,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+RECIPES = REPO / "regressions" / "recipes"
+
+
+def write_recipe(path: Path, recipe: dict) -> Path:
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    return path
+
+
+def tiny_recipe(model: Path, triples: Path, **training) -> dict:
+    """A few-step recipe on a triples file: batch 4, max length 64."""
+    return {
+        "model": str(model),
+        "data": {"format": "triples", "path": str(triples)},
+        "loss": {"ranking": "infonce", "lambda_q": 0.001, "lambda_d": 0.001, "flops_warmup_steps": 4},
+        "training": {"steps": 6, "batch_size": 4, "lr": 5.0e-5, "max_length_query": 16, "max_length_doc": 64,
+                     "save_every": 100, **training},
+    }
+
+
+def losses_of(output: Path) -> list[float]:
+    return [record["loss"] for _, record in read_jsonl(output / LOG_NAME)]
+
+
+@pytest.fixture(scope="module")
+def nfcorpus_triples(tmp_path_factory, data_dir: Path) -> Path:
+    """The first 100 nfcorpus train pairs with a seeded random unjudged document as negative."""
+    dataset = load_dataset("nfcorpus", data_dir)
+    corpus = {document.doc_id: document.contents for document in dataset.corpus()}
+    queries, qrels = dataset.queries("train"), dataset.qrels("train")
+    rng = random.Random(0)
+    ids = sorted(corpus)
+    lines = []
+    for qid, judged in qrels.items():
+        positive = next(doc_id for doc_id in judged if doc_id in corpus)
+        negative = rng.choice([doc_id for doc_id in rng.sample(ids, 5) if doc_id not in judged])
+        lines.append(f"{queries[qid]}\t{corpus[positive]}\t{corpus[negative]}")
+        if len(lines) == 100:
+            break
+    path = tmp_path_factory.mktemp("triples") / "triples.tsv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# ---------------------------------------------------------------------------- recipes
+
+
+def test_shipped_recipes_validate() -> None:
+    tiny = load_recipe(RECIPES / "splade_tiny_nfcorpus.yaml")
+    assert tiny.data["format"] == "beir" and tiny.loss["ranking"] == "infonce"
+    paper = load_recipe("modernbert_vt")
+    assert [stage.name for stage in paper.stages] == ["transfer", "mlm", "calibrate"]
+    assert paper.loss["ranking"] == "margin_mse" and paper.data["format"] == "msmarco"
+    assert paper.stages[1].options["steps"] == 20_000 and paper.stages[2].options["cut_percent"] == 60
+
+
+def test_paper_recipe_dry_run_prints_plan_and_cost(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["--config", str(RECIPES / "modernbert_vt.yaml"), "--dry-run"]) == 0
+    plan = capsys.readouterr().out
+    for expected in ("1. transfer answerdotai/ModernBERT-base", "python -m vtrepro.transfer", "2. mlm",
+                     "python -m vtrepro.mlm", "3. calibrate", "--cut-percent 60", "4. train SPLADE",
+                     "margin_mse", "modernbert", "GPU-hours", "PFLOP"):
+        assert expected in plan, expected
+
+
+def test_paper_recipe_fails_with_one_line_naming_the_missing_model(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = subprocess.run(
+        [sys.executable, "-m", "vtrepro.train", "--config", str(RECIPES / "modernbert_vt.yaml"),
+         "--output", str(tmp_path / "run"), "--model-dir", str(tmp_path)],
+        capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, cwd=REPO, timeout=120)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert "answerdotai/ModernBERT-base is not local" in lines[0] and "HF_HUB_OFFLINE" in lines[0]
+    assert not (tmp_path / "run" / "01-transfer").exists()
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda r: r["training"].update(stepz=3), r":\d+: unknown key 'stepz' in training"),
+        (lambda r: r["training"].update(steps="many"), r"training.steps must be an integer"),
+        (lambda r: r["training"].pop("steps"), r"training needs 'steps'"),
+        (lambda r: r["loss"].update(ranking="margin_mse"), r"margin_mse needs teacher scores"),
+        (lambda r: r["loss"].update(lambda_d=-1), r"loss.lambda_d must be at least 0"),
+        (lambda r: r["data"].update(negatives=3), r"triples has exactly one negative"),
+        (lambda r: r["data"].update(format="tsv"), r"data.format must be one of beir, triples, msmarco"),
+        (lambda r: r.update(stages=[{"distill": {}}]), r"stages\[0\] must be one of"),
+        (lambda r: r.update(stages=[{"mlm": {"steps": 5}}]), r"needs exactly one of 'dataset'"),
+        (lambda r: r.update(query_encoder="bm25"), r"query_encoder must be one of splade, idf"),
+    ],
+)
+def test_bad_recipes_are_one_line_errors_with_file_and_line(tmp_path, edit, message) -> None:
+    recipe = tiny_recipe(Path("model"), Path("triples.tsv"))
+    edit(recipe)
+    path = write_recipe(tmp_path / "bad.yaml", recipe)
+    with pytest.raises(VtreproError, match=message) as error:
+        load_recipe(path)
+    assert str(error.value).startswith(f"{path}:") and "\n" not in str(error.value)
+
+
+def test_malformed_yaml_names_the_line(tmp_path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("model: x\ndata: [unclosed\n")
+    with pytest.raises(VtreproError, match=r"broken.yaml:\d+: malformed YAML"):
+        load_recipe(path)
+
+
+def test_checkpoints_of_another_recipe_are_refused(tmp_path, splade_tiny, nfcorpus_triples) -> None:
+    checkpoint = tmp_path / "run" / "checkpoint-000002"
+    checkpoint.mkdir(parents=True)
+    torch.save({"fingerprint": "other"}, checkpoint / "trainer_state.pt")
+    recipe = load_recipe(write_recipe(tmp_path / "r.yaml", tiny_recipe(splade_tiny, nfcorpus_triples)))
+    with pytest.raises(VtreproError, match="different recipe"):
+        run_recipe(recipe, tmp_path / "run")
+
+
+# ---------------------------------------------------------------------------- data
+
+
+def pair_set(negatives: int = 2) -> PairTrainingSet:
+    queries = {f"q{i}": f"query {i}" for i in range(5)}
+    documents = {f"d{i}": f"document {i}" for i in range(20)}
+    pairs = [(f"q{i}", f"d{i}") for i in range(5)] + [("q0", "d5")]
+    pools = {f"q{i}": [f"d{j}" for j in range(10, 20)] for i in range(5)}
+    return PairTrainingSet(queries, documents, pairs, pools, negatives)
+
+
+def test_data_order_is_a_function_of_seed_and_step() -> None:
+    data = pair_set()
+    first = [batch_examples(data, step, 4, seed=7) for step in range(4)]  # 16 examples: 2.7 epochs of 6
+    assert first == [batch_examples(data, step, 4, seed=7) for step in range(4)]
+    assert first != [batch_examples(data, step, 4, seed=8) for step in range(4)]
+    epoch = [example.query for batch in first for example in batch][:6]
+    assert sorted(epoch) == sorted(f"query {qid[1:]}" for qid, _ in data.pairs)  # each pair once per epoch
+    assert all(len(example.documents) == 3 and len(set(example.documents[1:])) == 2
+               for batch in first for example in batch)
+
+
+def test_process_slices_concatenate_to_the_global_batch() -> None:
+    data = pair_set()
+    for step in range(3):
+        whole = batch_examples(data, step, 4, seed=1)
+        assert batch_examples(data, step, 4, 1, (0, 2)) + batch_examples(data, step, 4, 1, (1, 2)) == whole
+
+
+def test_msmarco_hard_negatives_with_cross_encoder_pickle(tmp_path) -> None:
+    with gzip.open(tmp_path / "hard.jsonl.gz", "wt") as handle:
+        handle.write(json.dumps({"qid": 1, "pos": [10], "neg": {"bm25": [11, 12, 10], "tas-b": [13]}}) + "\n")
+        handle.write(json.dumps({"qid": 2, "pos": [20], "neg": {"bm25": [21]}}) + "\n")
+    (tmp_path / "collection.tsv").write_text("".join(f"{pid}\tpassage {pid}\n" for pid in (10, 11, 12, 13, 20, 21)))
+    (tmp_path / "queries.tsv").write_text("1\tfirst query\n2\tsecond query\n3\tunused\n")
+    with gzip.open(tmp_path / "ce.pkl.gz", "wb") as handle:
+        pickle.dump({1: {10: 9.0, 11: 2.0, 12: 1.0}, 2: {20: 5.0, 21: 4.0}}, handle)
+    data = msmarco_training_set(tmp_path / "hard.jsonl.gz", tmp_path / "collection.tsv", tmp_path / "queries.tsv",
+                                negatives=1, systems=["bm25"])
+    assert data.pools == {"1": ["11", "12"], "2": ["21"]}  # the positive is never its own negative
+    data = with_teacher(data, tmp_path / "ce.pkl.gz")
+    assert data.pools["1"] == ["11", "12"] and data.summary["dropped_without_teacher"] == 0
+    example = data.example(0, random.Random(0))
+    assert example.query == "first query" and example.documents[0] == "passage 10"
+    assert example.teacher == [9.0, {"passage 11": 2.0, "passage 12": 1.0}[example.documents[1]]]
+
+
+def test_teacher_jsonl_and_unsafe_pickles(tmp_path) -> None:
+    (tmp_path / "t.jsonl").write_text('{"qid": "q", "docid": "d", "score": 1.5}\n{"qid": "q", "docid": "e", "score": 2}\n')
+    assert read_teacher_scores(tmp_path / "t.jsonl", {"q": {"d"}}) == {"q": {"d": 1.5}}
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    (tmp_path / "evil.pkl").write_bytes(pickle.dumps({"q": Payload()}))
+    with pytest.raises(VtreproError, match="refusing to load"):
+        read_teacher_scores(tmp_path / "evil.pkl")
+
+
+def test_triples_are_read_by_offset(tmp_path) -> None:
+    (tmp_path / "t.tsv").write_text("q1\tp1\tn1\n\nq2\tp2\tn2\n")
+    triples = TriplesTrainingSet(tmp_path / "t.tsv")
+    assert len(triples) == 2 and triples.example(1, random.Random()).documents == ["p2", "n2"]
+
+
+# ---------------------------------------------------------------------------- model
+
+
+def test_max_pooled_projection_gradient_matches_dense_autograd() -> None:
+    torch.manual_seed(0)
+    rows = torch.randn(7, 4, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(5, dtype=torch.float64, requires_grad=True)
+
+    def sparse(r, w, b):
+        return torch.log1p(torch.relu(MaxPooledProjection.apply(r, w, b, [3, 1, 3])))
+
+    def dense(r, w, b):
+        return torch.log1p(torch.relu(torch.stack([x.amax(0) for x in (r @ w.T + b).split([3, 1, 3])])))
+
+    assert torch.autograd.gradcheck(sparse, (rows, weight, bias))
+    assert torch.allclose(sparse(rows, weight, bias), dense(rows, weight, bias))
+    grads = torch.autograd.grad(sparse(rows, weight, bias).sum(), (rows, weight, bias))
+    assert all(torch.allclose(a, b) for a, b in zip(grads, torch.autograd.grad(dense(rows, weight, bias).sum(),
+                                                                                (rows, weight, bias))))
+
+
+def test_training_representations_equal_inference_encoding(tiny_encoder, scifact_sample) -> None:
+    texts = [document.contents for document in scifact_sample[:6]]
+    model = SpladeModel("splade-tiny", tiny_encoder.model, tiny_encoder.tokenizer).eval()
+    batch = tiny_encoder.tokenizer(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
+    with torch.no_grad():
+        (reps,) = model(dict(batch))
+    for row, (ids, weights) in zip(reps, tiny_encoder.encode(texts, kind="doc")):
+        assert torch.nonzero(row).squeeze(1).tolist() == ids.tolist()
+        assert torch.allclose(row[ids], torch.from_numpy(weights), atol=1e-5)
+
+
+# ---------------------------------------------------------------------------- runs
+
+
+def test_flops_regularization_lowers_active_terms(tmp_path, splade_tiny, nfcorpus_triples) -> None:
+    active = {}
+    for name, lambda_d in (("free", 0.0), ("flops", 1.0)):
+        recipe = tiny_recipe(splade_tiny, nfcorpus_triples, steps=8, batch_size=8, dropout=0.0)
+        recipe["loss"] = {"ranking": "infonce", "lambda_d": lambda_d}
+        run_recipe(load_recipe(write_recipe(tmp_path / f"{name}.yaml", recipe)), tmp_path / name)
+        log = [record for _, record in read_jsonl(tmp_path / name / LOG_NAME)]
+        active[name] = (log[0]["active_d"], sum(record["active_d"] for record in log[-3:]) / 3)
+    assert active["free"][0] == active["flops"][0]  # same first batch, same model
+    assert active["flops"][1] < 0.7 * active["free"][1], active
+
+
+def test_mlm_adaptation_lowers_loss_and_saves_a_loadable_model(tmp_path, splade_tiny, data_dir) -> None:
+    from vtrepro.encoder import SpladeEncoder
+    from vtrepro.mlm import run_mlm
+
+    report = run_mlm(splade_tiny, tmp_path / "mlm", dataset="scifact", data_dir=data_dir, steps=12, max_length=64,
+                     lr=1e-3, batch_size=8, max_texts=16, seed=3)
+    assert report["texts"] == 16 and len(report["losses"]) == 12
+    assert report["loss_last_10_percent"] < 0.8 * report["loss_first_10_percent"]
+    assert json.loads((tmp_path / "mlm" / "mlm_report.json").read_text())["steps"] == 12
+    ids, weights = SpladeEncoder(tmp_path / "mlm", max_length_doc=64).encode(["heart attack causes"], kind="doc")[0]
+    assert len(ids) > 0 and (weights > 0).all()
+
+
+def _train_command(config: Path, output: Path) -> list[str]:
+    return [sys.executable, "-m", "vtrepro.train", "--config", str(config), "--output", str(output)]
+
+
+@pytest.mark.slow
+def test_two_processes_follow_the_single_process_trajectory(tmp_path, splade_tiny, nfcorpus_triples) -> None:
+    config = write_recipe(tmp_path / "ddp.yaml", tiny_recipe(splade_tiny, nfcorpus_triples, dropout=0.0))
+    subprocess.run(_train_command(config, tmp_path / "one"), check=True, cwd=REPO, capture_output=True, timeout=300)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    subprocess.run([*torchrun, *_train_command(config, tmp_path / "two")[1:]], check=True, cwd=REPO,
+                   capture_output=True, timeout=300)
+    single, double = losses_of(tmp_path / "one"), losses_of(tmp_path / "two")
+    assert len(single) == len(double) == 6 and len(set(single)) == 6
+    assert double == pytest.approx(single, rel=1e-4)
+    report = json.loads((tmp_path / "two" / "final" / "training_report.json").read_text())
+    assert report["processes"] == 2
+
+
+@pytest.mark.slow
+def test_resume_after_kill_continues_the_same_run(tmp_path, splade_tiny, nfcorpus_triples) -> None:
+    # Dropout stays on (the model's 0.1): resuming must restore the random state too.
+    config = write_recipe(tmp_path / "r.yaml", tiny_recipe(splade_tiny, nfcorpus_triples, steps=24, save_every=4))
+    subprocess.run(_train_command(config, tmp_path / "whole"), check=True, cwd=REPO, capture_output=True, timeout=300)
+    process = subprocess.Popen(_train_command(config, tmp_path / "cut"), cwd=REPO, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while not (tmp_path / "cut" / "checkpoint-000004").exists() and process.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (tmp_path / "cut" / "final").exists()
+    resumed = subprocess.run(_train_command(config, tmp_path / "cut"), check=True, cwd=REPO, capture_output=True,
+                             text=True, timeout=300)
+    assert "resuming from" in resumed.stderr
+    assert losses_of(tmp_path / "cut") == losses_of(tmp_path / "whole")
