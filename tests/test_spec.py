@@ -91,6 +91,13 @@ def test_transfer_and_calibrate_blocks(tmp_path):
         load_spec(write(tmp_path, TRANSFER.replace("source:", "sorce:")))
 
 
+def test_query_encoder_option(tmp_path):
+    spec = VALID.replace("    model: splade-tiny\n", "    model: splade-tiny\n    query_encoder: idf\n")
+    assert load_spec(write(tmp_path, spec)).conditions[1].query_encoder == "idf"
+    with pytest.raises(VtreproError, match=r"spec\.yaml:15: .*query_encoder must be 'model' or 'idf'"):
+        load_spec(write(tmp_path, spec.replace("query_encoder: idf", "query_encoder: bm25")))
+
+
 def test_missing_spec_is_an_error():
     with pytest.raises(VtreproError, match="spec 'no_such_spec' not found"):
         find_spec("no_such_spec")

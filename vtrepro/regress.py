@@ -139,6 +139,22 @@ class ConditionRunner:
         self.condition, self.spec, self.output = condition, spec, output
         self.model_dir, self.data_dir, self.threads = model_dir, data_dir, threads
         self._encoder = None
+        self._model = None
+
+    @property
+    def model(self) -> str:
+        if self._model is None:
+            self._model = build_model(self.condition, self.output / self.condition.name, self.model_dir, self.data_dir)
+        return self._model
+
+    @property
+    def query_encoder(self):
+        """The SPLADE encoder itself, or for ``query_encoder: idf`` the model's IDF table (inference-free)."""
+        if self.condition.query_encoder == "idf":
+            from vtrepro.idf import IdfQueryEncoder
+
+            return IdfQueryEncoder.load(self.model, self.model_dir, self.condition.encoder.max_length_query)
+        return self.encoder
 
     @property
     def encoder(self):
@@ -146,9 +162,8 @@ class ConditionRunner:
             from vtrepro.encoder import SpladeEncoder
 
             settings = self.condition.encoder
-            model = build_model(self.condition, self.output / self.condition.name, self.model_dir, self.data_dir)
             self._encoder = SpladeEncoder(
-                model,
+                self.model,
                 model_dir=self.model_dir,
                 max_length_doc=settings.max_length_doc,
                 max_length_query=settings.max_length_query,
@@ -191,7 +206,7 @@ class ConditionRunner:
 
         quantization = self.condition.quantization
         manifest = encode_corpus(self.encoder, dataset.corpus(), artifacts, quantization)
-        query_vectors = encode_queries(self.encoder, queries, artifacts / QUERIES_NAME, quantization)
+        query_vectors = encode_queries(self.query_encoder, queries, artifacts / QUERIES_NAME, quantization)
         stats = build_impact_index(artifacts / VECTORS_DIRNAME, artifacts / "index", threads=1)
         check_against_manifest(stats, manifest)
         run = search_impact(artifacts / "index", query_vectors, self.spec.k, self.threads)

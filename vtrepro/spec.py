@@ -28,6 +28,7 @@ _DEFAULT_KEYS = {"split", "k", "metrics"}
 _CONDITION_KEYS = {
     "description", "retrieval", "model", "trust_remote_code", "bm25", "encoder", "quantization",
     "reference_source", "reference_tolerance", "reference_average", "datasets", "transfer", "calibrate",
+    "query_encoder",
 }
 _TRANSFER_KEYS = {
     "source", "target_tokenizer", "reference", "init", "temperature", "similarity", "target_norm", "seed", "leaveout",
@@ -72,6 +73,7 @@ class Condition:
     description: str = ""
     transfer: dict[str, Any] | None = None
     calibrate: dict[str, Any] | None = None
+    query_encoder: str = "model"  # "model" (SPLADE queries) or "idf" (inference-free: idf.json beside the model)
 
 
 @dataclass
@@ -190,6 +192,9 @@ def _load_condition(check: _Checker, parent: CommentedMap, name: str, metrics, s
     condition = Condition(name=name, retrieval=retrieval, datasets=[], description=str(node.get("description", "")))
     condition.model = node.get("model")
     condition.trust_remote_code = bool(node.get("trust_remote_code", False))
+    condition.query_encoder = str(node.get("query_encoder", "model"))
+    if condition.query_encoder not in ("model", "idf"):
+        raise check.fail(node, "query_encoder", f"{where}.query_encoder must be 'model' or 'idf', got {condition.query_encoder!r}")
     if "bm25" in node:
         bm25 = check.mapping(node, "bm25", {"k1", "b"}, f"{where}.bm25")
         condition.bm25 = {key: check.number(bm25, key, f"{where}.bm25") for key in ("k1", "b") if key in bm25} | {
