@@ -116,4 +116,5 @@ def test_inference_free_model_trains_indexes_and_evaluates_on_scifact(tmp_path: 
     assert manifest["complete"]
     build_impact_index(tmp_path / "encoded" / "vectors", tmp_path / "index")
     scores = evaluate_run(search_impact(tmp_path / "index", query_vectors), dataset.qrels("test"))
+    print("IDF-E2E", scores)
     assert scores["ndcg@10"] > NDCG_FLOOR, scores
