@@ -95,3 +95,15 @@ def test_dense_queries_beyond_lucene_clause_limit(tmp_path):
     build_impact_index(folder, tmp_path / "index")
     run = search_impact(tmp_path / "index", {"q": {term: 2 for term in terms}}, k=10)
     assert run["q"] == {"dense": 6000.0, "sparse": 10.0}
+
+
+def test_native_code_keeps_the_main_thread_stack_after_the_jvm_starts():
+    """Without -Xss the JVM guards Python's main thread at 1 MB and deep native recursion segfaults."""
+    import subprocess
+    import sys
+
+    code = ("from vtrepro.java import start_jvm; start_jvm(); x = []\n"
+            "for _ in range(30000): x = [x]\n"
+            "print(len(repr(x)))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "60002", result.stderr[-500:]

@@ -61,6 +61,15 @@ def _anserini_jar() -> Path:
     return jars[-1]
 
 
+def _main_thread_stack() -> str:
+    """The main thread's stack limit for -Xss (8 MB when unlimited or unknown)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_STACK)
+    size = soft if 0 < soft < (1 << 31) else 8 << 20
+    return f"{size // 1024}k"
+
+
 @functools.cache
 def start_jvm() -> None:
     """Configure the classpath and options, then start the JVM (once per process)."""
@@ -71,7 +80,9 @@ def start_jvm() -> None:
         os.environ["JAVA_HOME"] = str(java_home)
         jnius_config.add_classpath(str(_anserini_jar()))
         options = [opt for opt in jnius_config.get_options() if _UNAVAILABLE_MODULE not in opt]
-        jnius_config.set_options(*options, "-Dslf4j.internal.verbosity=WARN")
+        # The JVM starts on Python's main thread and would treat only -Xss (default 1 MB) of it as
+        # stack, placing guard pages there: native code that later needs more (torch) would crash.
+        jnius_config.set_options(*options, f"-Xss{_main_thread_stack()}", "-Dslf4j.internal.verbosity=WARN")
     import jnius  # noqa: F401  (starts the JVM)
 
 
