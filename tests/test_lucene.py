@@ -102,7 +102,7 @@ def test_native_code_keeps_the_main_thread_stack_after_the_jvm_starts():
     import subprocess
     import sys
 
-    code = ("from vtrepro.java import start_jvm; start_jvm(); x = []\n"
+    code = ("import sys; from vtrepro.java import start_jvm; start_jvm(); sys.setrecursionlimit(10**6); x = []\n"
             "for _ in range(30000): x = [x]\n"
             "print(len(repr(x)))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
