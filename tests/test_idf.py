@@ -14,7 +14,7 @@ from vtrepro.errors import VtreproError
 from vtrepro.idf import IDF_NAME, IdfQueryEncoder
 
 CORPUS = ["the cat sat on the mat", "the dog ran", "a cat and a dog"]
-NDCG_FLOOR = 0.0
+NDCG_FLOOR = 0.60  # measured 0.6556 (splade-tiny with its own queries: 0.6473, BM25: 0.6789)
 
 
 @pytest.fixture(scope="module")
@@ -116,5 +116,4 @@ def test_inference_free_model_trains_indexes_and_evaluates_on_scifact(tmp_path: 
     assert manifest["complete"]
     build_impact_index(tmp_path / "encoded" / "vectors", tmp_path / "index")
     scores = evaluate_run(search_impact(tmp_path / "index", query_vectors), dataset.qrels("test"))
-    print("IDF-E2E", scores)
     assert scores["ndcg@10"] > NDCG_FLOOR, scores

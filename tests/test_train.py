@@ -308,10 +308,12 @@ def test_resume_after_kill_continues_the_same_run(tmp_path, splade_tiny, nfcorpu
     process = subprocess.Popen(_train_command(config, tmp_path / "cut"), cwd=REPO, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
-    while not (tmp_path / "cut" / "checkpoint-000004").exists() and process.poll() is None:
+    log = tmp_path / "cut" / LOG_NAME
+    while process.poll() is None and not ((tmp_path / "cut" / "checkpoint-000004").exists()
+                                          and log.exists() and len(log.read_text().splitlines()) >= 6):
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    process.send_signal(signal.SIGKILL)
+    process.send_signal(signal.SIGKILL)  # mid-run, past the step-4 checkpoint: steps after it are redone
     process.wait()
     assert not (tmp_path / "cut" / "final").exists()
     resumed = subprocess.run(_train_command(config, tmp_path / "cut"), check=True, cwd=REPO, capture_output=True,
