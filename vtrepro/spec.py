@@ -104,15 +104,20 @@ def _yaml() -> YAML:
     return yaml
 
 
-def _read_document(path: Path) -> CommentedMap:
+def read_yaml(path: Path) -> Any:
+    """Round-trip YAML (comments and line numbers kept); a syntax error names the file and line."""
     try:
-        document = _yaml().load(path.read_text(encoding="utf-8"))
+        return _yaml().load(path.read_text(encoding="utf-8"))
     except MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line = f":{mark.line + 1}" if mark else ""
         raise VtreproError(f"{path}{line}: malformed YAML ({error.problem or error.context}); fix the syntax") from None
     except YAMLError as error:
         raise VtreproError(f"{path}: malformed YAML ({error}); fix the syntax") from None
+
+
+def _read_document(path: Path) -> CommentedMap:
+    document = read_yaml(path)
     if not isinstance(document, CommentedMap):
         raise VtreproError(f"{path}:1: a spec must be a YAML mapping with a 'conditions' key")
     return document

@@ -36,14 +36,13 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from torch import Tensor, nn
 
 from vtrepro import losses
 from vtrepro.errors import VtreproError, cli_entry
 from vtrepro.io import atomic_write, read_jsonl, write_json
+from vtrepro.spec import read_yaml
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "regressions" / "recipes"
 STATE_NAME = "trainer_state.pt"
@@ -250,14 +249,7 @@ def find_recipe(recipe: str) -> Path:
 def load_recipe(recipe: str | Path) -> Recipe:
     """Load and fully validate a training recipe; the first problem is a one-line ``file:line:`` error."""
     path = find_recipe(str(recipe))
-    try:
-        document = YAML(typ="rt").load(path.read_text(encoding="utf-8"))
-    except MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        line = f":{mark.line + 1}" if mark else ""
-        raise VtreproError(f"{path}{line}: malformed YAML ({error.problem or error.context}); fix the syntax") from None
-    except YAMLError as error:
-        raise VtreproError(f"{path}: malformed YAML ({error}); fix the syntax") from None
+    document = read_yaml(path)
     check = _Checker(path)
     if not isinstance(document, CommentedMap):
         raise VtreproError(f"{path}:1: a recipe must be a YAML mapping with 'model', 'data' and 'training'")
