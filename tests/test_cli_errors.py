@@ -116,7 +116,8 @@ def test_bm25_on_a_tiny_collection_passes_end_to_end(tmp_path):
     assert (tmp_path / "runs" / "spec" / "bm25-flat" / "mini" / "run.trec").read_text().startswith("q1 Q0 d1 1 ")
 
 
-@pytest.mark.parametrize("module", ["vtrepro.regress", "vtrepro.encode", "vtrepro.index", "vtrepro.search", "vtrepro.evaluate"])
+@pytest.mark.parametrize("module", ["vtrepro.regress", "vtrepro.encode", "vtrepro.index", "vtrepro.search", "vtrepro.evaluate",
+                                    "vtrepro.transfer", "vtrepro.calibrate", "vtrepro.train", "vtrepro.mlm"])
 def test_every_stage_has_help(module):
     code, stdout, _ = run(module, "--help")
     assert code == 0 and "usage: python -m " + module in stdout
