@@ -63,7 +63,7 @@ class SpladeEncoder:
         self.vocabulary: list[str] = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
         self.special_ids: frozenset[int] = frozenset(self.tokenizer.all_special_ids)
         self._decoder = self.model.get_output_embeddings()
-        self._head_transform = _head_transform(str(model), self.model, self.tokenizer)
+        self._head_transform = mlm_head_transform(str(model), self.model, self.tokenizer)
         self._dropped_ids = torch.tensor(
             sorted(self.special_ids | set(range(len(self.tokenizer), self._decoder.out_features))), dtype=torch.long
         )
@@ -149,7 +149,7 @@ def _segment_max_projection(rows: torch.Tensor, lengths: list[int], decoder: nn.
     return pooled
 
 
-def _head_transform(name: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> nn.Module:
+def mlm_head_transform(name: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> nn.Module:
     """The MLM head minus its vocabulary projection, as a module mapping hidden states to decoder inputs.
 
     The head is whatever direct children of the model its forward calls after the body (BERT ``cls``,

@@ -700,11 +700,11 @@ class SpladeModel(nn.Module):
     DDP sees one forward per step."""
 
     def __init__(self, name: str, mlm: nn.Module, tokenizer: Any):
-        from vtrepro.encoder import _head_transform
+        from vtrepro.encoder import mlm_head_transform
 
         super().__init__()
         self.mlm = mlm
-        self.head = _head_transform(name, mlm.eval(), tokenizer)  # shares the MLM head's parameters
+        self.head = mlm_head_transform(name, mlm.eval(), tokenizer)  # shares the MLM head's parameters
         self.decoder = mlm.get_output_embeddings()
         keep = torch.ones(self.decoder.out_features)
         keep[sorted(set(tokenizer.all_special_ids) | set(range(len(tokenizer), len(keep))))] = 0.0
