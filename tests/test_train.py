@@ -86,6 +86,10 @@ def nfcorpus_triples(tmp_path_factory, data_dir: Path) -> Path:
 def test_shipped_recipes_validate() -> None:
     tiny = load_recipe(RECIPES / "splade_tiny_nfcorpus.yaml")
     assert tiny.data["format"] == "beir" and tiny.loss["ranking"] == "infonce"
+    leaveout = load_recipe("vt_leaveout_topology_nfcorpus")
+    assert leaveout.stages[0].options["leaveout"] == {"fraction": 0.1, "seed": 0}
+    assert {key: leaveout.data[key] for key in tiny.data} == tiny.data
+    assert (leaveout.loss, leaveout.training) == (tiny.loss, tiny.training)  # trained exactly like splade-tiny
     paper = load_recipe("modernbert_vt")
     assert [stage.name for stage in paper.stages] == ["transfer", "mlm", "calibrate"]
     assert paper.loss["ranking"] == "margin_mse" and paper.data["format"] == "msmarco"
@@ -128,6 +132,8 @@ def test_paper_recipe_fails_with_one_line_naming_the_missing_model(tmp_path, mon
         (lambda r: r.update(stages=[{"distill": {}}]), r"stages\[0\] must be one of"),
         (lambda r: r.update(stages=[{"mlm": {"steps": 5}}]), r"needs exactly one of 'dataset'"),
         (lambda r: r.update(query_encoder="bm25"), r"query_encoder must be one of splade, idf"),
+        (lambda r: r.update(stages=[{"transfer": {"leaveout": {"fraction": 1.5}}}]),
+         r"stages\[0\].transfer.leaveout.fraction must be at most 0.99"),
     ],
 )
 def test_bad_recipes_are_one_line_errors_with_file_and_line(tmp_path, edit, message) -> None:

@@ -316,3 +316,28 @@ def test_leaveout_rows_are_rebuilt_best_by_topology(splade, splade_tiny: Path, m
     print("\nleave-out mean cosine (MiniLM reference): "
           + ", ".join(f"{init} {value:.3f}" for init, value in cosine.items()))
     assert cosine["topology"] > cosine["mean"] and cosine["topology"] > cosine["random"]
+
+
+def test_leaveout_transfer_equals_transfer_from_saved_source(splade_tiny: Path, minilm: Path, tmp_path: Path) -> None:
+    """``run_transfer(leaveout=...)`` (spec and recipe path) builds bit-for-bit the model a saved and
+    reloaded leave-out source gives, so the pinned leave-out figures hold for both."""
+    source, source_tokenizer, held = make_leaveout_source(splade_tiny, fraction=0.1, seed=0)
+    source.save_pretrained(tmp_path / "source")
+    source_tokenizer.save_pretrained(tmp_path / "source")
+    run_transfer(tmp_path / "source", splade_tiny, minilm, "topology", tmp_path / "from-folder")
+    report = run_transfer(splade_tiny, splade_tiny, minilm, "topology", tmp_path / "in-memory",
+                          leaveout={"fraction": 0.1, "seed": 0})
+    assert report["leaveout"] == {"fraction": 0.1, "seed": 0, "held_out": held}
+    assert report["counts"]["new"] == len(held)
+    expected = AutoModelForMaskedLM.from_pretrained(tmp_path / "from-folder").state_dict()
+    observed = AutoModelForMaskedLM.from_pretrained(tmp_path / "in-memory").state_dict()
+    assert expected.keys() == observed.keys()
+    assert all(torch.equal(expected[name], observed[name]) for name in expected)
+    assert json.loads((tmp_path / "in-memory" / REPORT_NAME).read_text())["leaveout"]["held_out"] == held
+
+
+def test_leaveout_command_line_rejects_a_bad_fraction(splade_tiny: Path, tmp_path: Path, capsys) -> None:
+    assert main(["--source", str(splade_tiny), "--target-tokenizer", str(splade_tiny), "--leaveout", "1.5",
+                 "--out", str(tmp_path / "out")]) == 2
+    assert "--leaveout must be a fraction between 0 and 1" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -111,13 +111,15 @@ _TRAINING = {
     "precision": Field(str, "fp32", ("fp32", "bf16")), "save_every": Field(int, 500, minimum=1),
     "keep_checkpoints": Field(int, 2, minimum=1), "seed": Field(int, 42),
 }
+_LEAVEOUT = {"fraction": Field(float, 0.1, above=0, maximum=0.99), "seed": Field(int, 0)}
 _CORPUS = {"dataset": Field(str, None, nullable=True), "corpus": Field(str, None, nullable=True)}
 _STAGES = {
     "transfer": {"target_tokenizer": Field(str, "bert-base-uncased"), "reference": Field(str, None, nullable=True),
                  "init": Field(str, "topology", ("topology", "subword-mean", "mean", "random")),
                  "temperature": Field(float, 1.0, above=0),
                  "similarity": Field(str, "cosine", ("cosine", "zscore", "pmi")),
-                 "target_norm": Field(bool, False), "seed": Field(int, 0)},
+                 "target_norm": Field(bool, False), "seed": Field(int, 0),
+                 "leaveout": Field("mapping", None, nullable=True)},
     "mlm": {**_CORPUS, "steps": Field(int, minimum=1), "mask_rate": Field(float, 0.15, above=0, maximum=1),
             "max_length": Field(int, 128, minimum=8), "lr": Field(float, 5e-5, above=0),
             "batch_size": Field(int, 32, minimum=1), "warmup_steps": Field(int, 0, minimum=0),
@@ -277,6 +279,8 @@ def _read_stage(check: _Checker, stages: CommentedSeq, index: int) -> Stage:
                                          "'- calibrate: {...}'")
     name = next(iter(node))
     options = check.read(node[name], _STAGES[name], f"{where}.{name}")
+    if name == "transfer" and options["leaveout"] is not None:
+        options["leaveout"] = check.read(options["leaveout"], _LEAVEOUT, f"{where}.transfer.leaveout")
     if name in ("mlm", "calibrate") and (options["dataset"] is None) == (options["corpus"] is None):
         raise check.error(node, name, f"{where}.{name} needs exactly one of 'dataset' (BEIR name) and 'corpus' (JSONL)")
     if name == "calibrate" and options["cut_percent"] is not None and options["target_terms"] is not None:
@@ -424,7 +428,7 @@ def required_inputs(recipe: Recipe, output: Path) -> list[tuple[str, str, str]]:
     if recipe.idf_corpus:
         kind = "file" if Path(recipe.idf_corpus).suffix in (".jsonl", ".gz", ".tsv") else "dataset"
         inputs.append(("idf_corpus", kind, recipe.idf_corpus))
-    return inputs
+    return list(dict.fromkeys(inputs))
 
 
 def availability(kind: str, value: str, data_dir, model_dir) -> tuple[str, str | None]:
@@ -565,9 +569,11 @@ def _stage_command(stage: Stage, model: str, out: Path) -> str:
     options = stage.options
     if stage.name == "transfer":
         reference = f" --reference {options['reference']}" if options["reference"] else ""
+        leaveout = options["leaveout"]
+        leaveout = f" --leaveout {leaveout['fraction']} --leaveout-seed {leaveout['seed']}" if leaveout else ""
         return (f"python -m vtrepro.transfer --source {model} --target-tokenizer {options['target_tokenizer']}{reference} "
-                f"--init {options['init']} --temperature {options['temperature']} --similarity {options['similarity']} "
-                f"--out {out}")
+                f"--init {options['init']} --temperature {options['temperature']} --similarity {options['similarity']}"
+                f"{leaveout} --out {out}")
     corpus = f"--dataset {options['dataset']}" if options["dataset"] else f"--corpus {options['corpus']}"
     if stage.name == "mlm":
         return (f"python -m vtrepro.mlm --model {model} {corpus} --steps {options['steps']} --mask-rate "
@@ -800,7 +806,8 @@ def run_stage(stage: Stage, model: str, out: Path, data_dir, model_dir, trust_re
 
         run_transfer(model, options["target_tokenizer"], options["reference"], options["init"], out,
                      temperature=options["temperature"], similarity=options["similarity"],
-                     target_norm=options["target_norm"], seed=options["seed"], model_dir=model_dir)
+                     target_norm=options["target_norm"], seed=options["seed"], model_dir=model_dir,
+                     leaveout=options["leaveout"])
     elif stage.name == "mlm":
         from vtrepro.mlm import run_mlm
 

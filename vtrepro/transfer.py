@@ -828,14 +828,21 @@ def run_transfer(
     seed: int = 0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     model_dir: str | Path | None = None,
+    leaveout: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Load, transfer, and save a checkpoint with ``transfer_report.json`` to ``out``; return the report.
 
     ``reference=None`` means the target tokenizer's own model, or none for a ``tokenizer.json``.
+    ``leaveout={"fraction": f, "seed": s}`` first removes a seeded share of the source's tokens
+    (:func:`make_leaveout_source`, the leave-out experiment); the report lists the held-out tokens.
     """
     _check_options(init, temperature, similarity, chunk_size)
     check_out(out)
-    model, source_tokenizer = load_masked_lm(source, model_dir)
+    held_out: list[str] = []
+    if leaveout is None:
+        model, source_tokenizer = load_masked_lm(source, model_dir)
+    else:
+        model, source_tokenizer, held_out = make_leaveout_source(resolve_model(source, model_dir), **leaveout)
     target = load_tokenizer(target_tokenizer, model_dir)
     if reference is None and not Path(str(target_tokenizer)).is_file():
         reference = target_tokenizer
@@ -844,6 +851,8 @@ def run_transfer(
                                         similarity, target_norm, seed, chunk_size)
     report = {"source": str(source), "target_tokenizer": str(target_tokenizer),
               "reference": None if reference is None else str(reference), **report}
+    if leaveout is not None:
+        report["leaveout"] = {**leaveout, "held_out": held_out}
     save_checkpoint(model, _adapt_tokenizer(target, source_tokenizer), report, REPORT_NAME, out)
     return report
 
@@ -919,7 +928,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
                         help="target tokens per similarity chunk (default: %(default)s)")
     parser.add_argument("--model-dir", default=None, help="folder of local models for Hub ids (else $VTREPRO_MODELS)")
+    parser.add_argument("--leaveout", type=float, default=None, metavar="FRACTION",
+                        help="leave-out experiment: first remove this seeded share of the source's ordinary "
+                             "WordPiece tokens, then transfer back onto the target")
+    parser.add_argument("--leaveout-seed", type=int, default=0, help="seed of --leaveout (default: 0)")
     return parser
+
+
+def _leaveout(fraction: float | None, seed: int) -> dict[str, Any] | None:
+    if fraction is None:
+        return None
+    if not 0 < fraction < 1:
+        raise VtreproError(f"--leaveout must be a fraction between 0 and 1, got {fraction}")
+    return {"fraction": fraction, "seed": seed}
 
 
 @cli_entry
@@ -927,7 +948,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     report = run_transfer(args.source, args.target_tokenizer, args.reference, args.init, args.out,
                           args.temperature, args.similarity, args.target_norm, args.seed, args.chunk_size,
-                          args.model_dir)
+                          args.model_dir, _leaveout(args.leaveout, args.leaveout_seed))
     counts = report["counts"]
     print(f"{args.out}: {report['vocabulary']['source']} -> {report['vocabulary']['target']} tokens "
           f"(exact {counts['exact']}, merged {counts['merged']}, new {counts['new']}, special {counts['special']}) "
