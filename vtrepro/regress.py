@@ -11,6 +11,7 @@ import argparse
 import json
 import platform
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -91,26 +92,45 @@ def _cached_build(folder: Path, settings: dict[str, Any], build: Callable[[Path]
     return folder
 
 
-def build_model(condition: Condition, work_dir: Path, model_dir: str | None, data_dir: str | None) -> str:
-    """The condition's model: its ``model``, or the checkpoint its transfer/calibrate blocks build."""
+def trained_model(recipe_name: str, train_root: Path, model_dir: str | None, data_dir: str | None) -> str:
+    """``<train_root>/<recipe>/final``, trained first by ``python -m vtrepro.train`` unless it exists.
+
+    A finished model trained from other recipe settings is refused rather than silently evaluated.
+    """
+    from vtrepro.train import REPORT_NAME, load_recipe
+
+    recipe = load_recipe(recipe_name)
+    output = train_root / recipe.name
+    final = output / "final"
+    if final.is_dir():
+        report = final / REPORT_NAME
+        fingerprint = json.loads(report.read_text()).get("fingerprint") if report.is_file() else None
+        if fingerprint != recipe.fingerprint():
+            raise VtreproError(f"{final} was not trained from the current {recipe.path}; "
+                               f"remove {output} to retrain it, or choose another --output")
+        return str(final)
+    command = [sys.executable, "-m", "vtrepro.train", "--config", str(recipe.path), "--output", str(output)]
+    command += ["--data-dir", data_dir] if data_dir else []
+    command += ["--model-dir", model_dir] if model_dir else []
+    print(f"training {recipe.path} -> {final}", file=sys.stderr, flush=True)
+    if subprocess.run(command).returncode != 0:
+        raise VtreproError(f"training {recipe.path} failed (its error is above); "
+                           f"rerunning resumes from the last checkpoint in {output}")
+    return str(final)
+
+
+def build_model(condition: Condition, work_dir: Path, model_dir: str | None, data_dir: str | None,
+                train_root: Path = Path("runs/train")) -> str:
+    """The condition's model: its ``model``, the final model of its ``train`` recipe, or the
+    checkpoint its transfer/calibrate blocks build."""
+    if condition.train:
+        return trained_model(condition.train, train_root, model_dir, data_dir)
     model = condition.model
     if condition.transfer:
-        from vtrepro.transfer import DEFAULT_TARGET, make_leaveout_source, run_transfer
+        from vtrepro.transfer import DEFAULT_TARGET, run_transfer
 
         settings = dict(condition.transfer)
         source = settings.pop("source")
-        if "leaveout" in settings:
-            leaveout = settings.pop("leaveout")
-
-            def save_leaveout(folder: Path) -> None:
-                from vtrepro.models import resolve_model
-
-                model_, tokenizer, held_out = make_leaveout_source(resolve_model(source, model_dir), **leaveout)
-                model_.save_pretrained(folder)
-                tokenizer.save_pretrained(folder)
-                write_json(folder / "held_out_tokens.json", held_out)
-
-            source = str(_cached_build(work_dir / "leaveout-source", {"source": source, **leaveout}, save_leaveout))
         target = settings.pop("target_tokenizer", DEFAULT_TARGET)
         reference = settings.pop("reference", None)
         init = settings.pop("init", "topology")
@@ -132,11 +152,12 @@ def build_model(condition: Condition, work_dir: Path, model_dir: str | None, dat
 
 
 class ConditionRunner:
-    """Runs one condition over datasets, keeping artifacts under ``<output>/<condition>/<dataset>/``."""
+    """Runs one condition over datasets, keeping artifacts under ``<output>/<condition>/<dataset>/``
+    (models of ``train`` recipes under ``<train_root>/<recipe>/``)."""
 
     def __init__(self, condition: Condition, spec: Spec, output: Path, model_dir: str | None, data_dir: str | None,
-                 threads: int):
-        self.condition, self.spec, self.output = condition, spec, output
+                 threads: int, train_root: Path = Path("runs/train")):
+        self.condition, self.spec, self.output, self.train_root = condition, spec, output, train_root
         self.model_dir, self.data_dir, self.threads = model_dir, data_dir, threads
         self._encoder = None
         self._model = None
@@ -144,7 +165,8 @@ class ConditionRunner:
     @property
     def model(self) -> str:
         if self._model is None:
-            self._model = build_model(self.condition, self.output / self.condition.name, self.model_dir, self.data_dir)
+            self._model = build_model(self.condition, self.output / self.condition.name, self.model_dir,
+                                      self.data_dir, self.train_root)
         return self._model
 
     @property
@@ -271,21 +293,43 @@ def write_report(spec: Spec, rows: list[ResultRow], timings: dict[str, float], o
         handle.write("\nSeconds per run: " + ", ".join(f"{key} {value}" for key, value in timings.items()) + "\n")
 
 
-def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], data_dir, model_dir) -> str:
+def _model_availability(name: str, model_dir) -> str:
+    from vtrepro.models import resolve_model
+
+    if Path(resolve_model(name, model_dir)).is_dir():
+        return "local"
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        return "missing: no such folder"
+    return "needs the Hugging Face Hub"
+
+
+def _training_plan(recipe_name: str, train_root: Path) -> str:
+    from vtrepro.train import load_recipe
+
+    recipe = load_recipe(recipe_name)
+    final = train_root / recipe.name / "final"
+    state = "trained" if final.is_dir() else f"to train first: {recipe.training['steps']} steps"
+    return f"model {final} from recipe {recipe.path} ({state})"
+
+
+def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], data_dir, model_dir,
+                  train_root: Path = Path("runs/train")) -> str:
     """What a run would do, and whether each model and dataset is available here."""
     from vtrepro.datasets import data_root
-    from vtrepro.models import resolve_model
 
     lines = [f"{spec.path}: {len(selected)} run(s), metrics {', '.join(spec.metrics)}, top {spec.k}"]
     for condition, dataset in selected:
         if condition.retrieval == "bm25":
             what = f"BM25 k1={condition.bm25['k1']} b={condition.bm25['b']}"
+        elif condition.train:
+            what = _training_plan(condition.train, train_root)
         else:
             base = condition.model or condition.transfer["source"]
-            where = "local" if Path(resolve_model(base, model_dir)).is_dir() else "needs the Hugging Face Hub"
-            what = f"model {base} ({where})"
+            what = f"model {base} ({_model_availability(base, model_dir)})"
             if condition.transfer:
                 what += f", transferred ({condition.transfer.get('init', 'topology')})"
+                if "leaveout" in condition.transfer:
+                    what += f" after leaving out {condition.transfer['leaveout']['fraction']:.0%} of its tokens"
             if condition.calibrate:
                 what += f", calibrated on {condition.calibrate['dataset']}"
         root = data_root(data_dir)
@@ -317,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = load_spec(args.spec)
     selected = list(_selected(spec, args.datasets))
     if args.dry_run:
-        print(describe_plan(spec, selected, args.data_dir, args.model_dir))
+        print(describe_plan(spec, selected, args.data_dir, args.model_dir, args.output / "train"))
         return EXIT_OK
     datasets = {}
     for condition, dataset_run in selected:  # fail on missing data before any work
@@ -332,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     recorded: dict[tuple[str, str], dict] = {}
     chosen = {(condition.name, dataset_run.name) for condition, dataset_run in selected}
     for condition in spec.conditions:
-        runner = ConditionRunner(condition, spec, out_dir, args.model_dir, args.data_dir, args.threads)
+        runner = ConditionRunner(condition, spec, out_dir, args.model_dir, args.data_dir, args.threads,
+                                 args.output / "train")
         observations: dict[str, Observation] = {}
         for dataset_run in condition.datasets:
             if (condition.name, dataset_run.name) not in chosen:

@@ -28,7 +28,7 @@ _DEFAULT_KEYS = {"split", "k", "metrics"}
 _CONDITION_KEYS = {
     "description", "retrieval", "model", "trust_remote_code", "bm25", "encoder", "quantization",
     "reference_source", "reference_tolerance", "reference_average", "datasets", "transfer", "calibrate",
-    "query_encoder",
+    "query_encoder", "train",
 }
 _TRANSFER_KEYS = {
     "source", "target_tokenizer", "reference", "init", "temperature", "similarity", "target_norm", "seed", "leaveout",
@@ -73,6 +73,7 @@ class Condition:
     description: str = ""
     transfer: dict[str, Any] | None = None
     calibrate: dict[str, Any] | None = None
+    train: str | None = None  # training recipe (file or name in regressions/recipes/) whose final model is used
     query_encoder: str = "model"  # "model" (SPLADE queries) or "idf" (inference-free: idf.json beside the model)
 
 
@@ -188,14 +189,22 @@ def load_spec(spec: str | Path) -> Spec:
 def _load_condition(check: _Checker, parent: CommentedMap, name: str, metrics, split: str) -> Condition:
     where = f"condition '{name}'"
     node = check.mapping(parent, name, _CONDITION_KEYS, where)
-    builds_model = "model" in node or "transfer" in node
-    retrieval = node.get("retrieval", "impact" if builds_model else None)
+    sources = [key for key in ("model", "transfer", "train") if key in node]
+    retrieval = node.get("retrieval", "impact" if sources else None)
     if retrieval not in ("bm25", "impact"):
-        raise check.fail(parent, name, f"{where} needs 'retrieval: bm25', a 'model' or a 'transfer' block")
-    if retrieval == "impact" and not (node.get("model") or "transfer" in node):
-        raise check.fail(parent, name, f"{where} uses impact retrieval but names no 'model' and no 'transfer'")
+        raise check.fail(parent, name, f"{where} needs 'retrieval: bm25', a 'model', a 'transfer' block or a 'train' recipe")
+    if retrieval == "impact" and not (node.get("model") or "transfer" in node or node.get("train")):
+        raise check.fail(parent, name, f"{where} uses impact retrieval but names no 'model', 'transfer' or 'train'")
+    if len(sources) > 1:
+        raise check.fail(node, sources[1], f"{where} takes one of 'model', 'transfer' and 'train', not {' and '.join(sources)}")
+    if "train" in node and "calibrate" in node:
+        raise check.fail(node, "calibrate", f"{where}: a 'train' recipe calibrates in its own stages; remove 'calibrate'")
     condition = Condition(name=name, retrieval=retrieval, datasets=[], description=str(node.get("description", "")))
     condition.model = node.get("model")
+    if "train" in node:
+        if not isinstance(node["train"], str):
+            raise check.fail(node, "train", f"{where}.train must be a recipe file or a name in regressions/recipes/")
+        condition.train = node["train"]
     condition.trust_remote_code = bool(node.get("trust_remote_code", False))
     condition.query_encoder = str(node.get("query_encoder", "model"))
     if condition.query_encoder not in ("model", "idf"):

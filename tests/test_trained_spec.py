@@ -1,0 +1,48 @@
+"""`train: <recipe>` in a spec: regress trains the recipe's model once, then evaluates its final model."""
+import json
+
+import pytest
+from ruamel.yaml import YAML
+
+from vtrepro.errors import VtreproError
+from vtrepro.regress import main as regress
+
+DOCS = {"d1": "heart attack causes and risk factors", "d2": "protein folding in yeast cells", "d3": "heart rate"}
+TRIPLES = [("what causes heart attacks", "heart attack causes and risk factors", "protein folding in yeast cells"),
+           ("yeast protein folding", "protein folding in yeast cells", "heart rate")]
+
+
+def write_recipe(path, model, triples, lr=5.0e-5) -> None:
+    YAML().dump({"model": str(model), "data": {"format": "triples", "path": str(triples)},
+                 "loss": {"ranking": "infonce", "lambda_q": 0.001, "lambda_d": 0.001},
+                 "training": {"steps": 2, "batch_size": 2, "lr": lr, "max_length_query": 16,
+                              "max_length_doc": 32, "save_every": 100}}, path)
+
+
+def test_train_condition_trains_once_then_evaluates(tmp_path, splade_tiny, capfd) -> None:
+    folder = tmp_path / "beir" / "mini"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": i, "text": t}) + "\n" for i, t in DOCS.items()))
+    (folder / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "what causes heart attacks"}) + "\n")
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    triples = tmp_path / "triples.tsv"
+    triples.write_text("".join("\t".join(triple) + "\n" for triple in TRIPLES))
+    recipe = tmp_path / "mini_ft.yaml"
+    write_recipe(recipe, splade_tiny, triples)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"conditions:\n  ft:\n    train: {recipe}\n    datasets:\n      mini:\n")
+    arguments = ["--spec", str(spec), "--data-dir", str(tmp_path), "--output", str(tmp_path / "runs")]
+
+    regress(arguments)
+    final = tmp_path / "runs" / "train" / "mini_ft" / "final"
+    assert json.loads((final / "training_report.json").read_text())["steps"] == 2
+    assert "training " in capfd.readouterr().err
+    run = tmp_path / "runs" / "spec" / "ft" / "mini" / "run.trec"
+    assert run.read_text().splitlines()[0].split()[2] == "d1"
+
+    regress(arguments)  # the trained model is reused, not retrained
+    assert "training " not in capfd.readouterr().err
+
+    write_recipe(recipe, splade_tiny, triples, lr=1.0e-4)  # the recipe changed: the old model is refused
+    with pytest.raises(VtreproError, match="was not trained from the current .*mini_ft.yaml; remove"):
+        regress(arguments)
