@@ -61,6 +61,17 @@ def test_other_settings_in_the_same_folder_are_refused(tmp_path, tiny_encoder, s
         encode_corpus(tiny_encoder, scifact_sample[:10], tmp_path, Quantization(scale=10), shard_size=25, show_progress=False)
 
 
+def test_a_regression_folder_from_other_settings_is_encoded_again(tmp_path, tiny_encoder, scifact_sample):
+    """Regress owns its artifact folders: after a spec change it re-encodes rather than refusing."""
+    encode_corpus(tiny_encoder, scifact_sample[:30], tmp_path / "reused", shard_size=10, show_progress=False)
+    coarse = Quantization(scale=10)
+    fresh = encode_corpus(tiny_encoder, scifact_sample[:20], tmp_path / "fresh", coarse, shard_size=10, show_progress=False)
+    replaced = encode_corpus(tiny_encoder, scifact_sample[:20], tmp_path / "reused", coarse, shard_size=10,
+                             show_progress=False, replace_other_settings=True)
+    assert replaced == fresh
+    assert shard_bytes(tmp_path / "reused") == shard_bytes(tmp_path / "fresh")  # no shard of the old run is left
+
+
 def test_documents_without_any_impact_are_still_indexed(tmp_path, tiny_encoder):
     documents = [Document("full", "", "heart attack causes"), Document("empty", "", "")]
     coarse = Quantization(scale=0.01)  # every weight rounds to 0

@@ -79,11 +79,17 @@ def _encode_shard(encoder, documents: Sequence, terms: list[str], quantization: 
     }
 
 
-def _finished_shards(out_dir: Path, manifest: dict | None, settings: dict) -> list[dict]:
-    """Shards of an earlier run with the same settings whose files are intact, in order."""
+def _finished_shards(out_dir: Path, manifest: dict | None, settings: dict, replace: bool) -> list[dict]:
+    """Shards of an earlier run with the same settings whose files are intact, in order.
+
+    A folder encoded with other settings is an error, or with ``replace`` encoded again from the start.
+    """
     if manifest is None:
         return []
     if manifest.get("settings") != settings:
+        if replace:
+            print(f"{out_dir}: encoded with other settings; encoding again", file=sys.stderr)
+            return []
         raise VtreproError(
             f"{out_dir / MANIFEST_NAME}: this folder was encoded with other settings (model weights, "
             "vocabulary, corpus, lengths or quantization); delete it or choose another --output"
@@ -104,8 +110,13 @@ def encode_corpus(
     quantization: Quantization = Quantization(),
     shard_size: int = DEFAULT_SHARD_SIZE,
     show_progress: bool = True,
+    replace_other_settings: bool = False,
 ) -> dict[str, Any]:
-    """Encode ``documents`` into ``out_dir`` (resuming a partial run) and return the manifest."""
+    """Encode ``documents`` into ``out_dir`` (resuming a partial run) and return the manifest.
+
+    ``replace_other_settings`` re-encodes a folder left by other settings instead of refusing it
+    (for folders the caller owns, such as a regression's artifacts).
+    """
     out_dir = Path(out_dir)
     settings = {
         "model_sha256": model_fingerprint(encoder.model),
@@ -115,7 +126,7 @@ def encode_corpus(
         "corpus_sha256": corpus_fingerprint(documents),
         "shard_size": shard_size,
     }
-    shards = _finished_shards(out_dir, load_manifest(out_dir), settings)
+    shards = _finished_shards(out_dir, load_manifest(out_dir), settings, replace_other_settings)
     model_name = str(getattr(encoder.model, "name_or_path", ""))
     terms = escaped_vocabulary(encoder.vocabulary)
     vectors_dir = out_dir / VECTORS_DIRNAME

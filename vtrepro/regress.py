@@ -227,7 +227,7 @@ class ConditionRunner:
         from vtrepro.search import search_impact
 
         quantization = self.condition.quantization
-        manifest = encode_corpus(self.encoder, dataset.corpus(), artifacts, quantization)
+        manifest = encode_corpus(self.encoder, dataset.corpus(), artifacts, quantization, replace_other_settings=True)
         query_vectors = encode_queries(self.query_encoder, queries, artifacts / QUERIES_NAME, quantization)
         stats = build_impact_index(artifacts / VECTORS_DIRNAME, artifacts / "index", threads=1)
         check_against_manifest(stats, manifest)
