@@ -4,7 +4,7 @@ import textwrap
 import pytest
 
 from vtrepro.errors import VtreproError
-from vtrepro.spec import find_spec, load_spec, record_observed
+from vtrepro.spec import REGRESSIONS_DIR, find_spec, load_spec, record_observed
 
 VALID = """\
 # a comment that must survive --record
@@ -109,7 +109,13 @@ def test_missing_spec_is_an_error():
 
 
 def test_shipped_specs_are_found_by_name_and_valid():
+    from vtrepro.train import load_recipe
+
     assert load_spec("beir_bm25_flat").conditions[0].name == "bm25-flat"
+    for path in sorted(REGRESSIONS_DIR.glob("*.yaml")):
+        for condition in load_spec(path).conditions:
+            if condition.train:  # the recipes that specs train from are valid too
+                assert load_recipe(condition.train).name == condition.train
 
 
 def test_record_keeps_comments_and_order(tmp_path):

@@ -86,10 +86,12 @@ def nfcorpus_triples(tmp_path_factory, data_dir: Path) -> Path:
 def test_shipped_recipes_validate() -> None:
     tiny = load_recipe(RECIPES / "splade_tiny_nfcorpus.yaml")
     assert tiny.data["format"] == "beir" and tiny.loss["ranking"] == "infonce"
-    leaveout = load_recipe("vt_leaveout_topology_nfcorpus")
-    assert leaveout.stages[0].options["leaveout"] == {"fraction": 0.1, "seed": 0}
-    assert {key: leaveout.data[key] for key in tiny.data} == tiny.data
-    assert (leaveout.loss, leaveout.training) == (tiny.loss, tiny.training)  # trained exactly like splade-tiny
+    for init in ("topology", "random"):  # regressions/vt_leaveout_splade_tiny_ft.yaml compares them
+        leaveout = load_recipe(f"vt_leaveout_{init}_nfcorpus")
+        assert leaveout.stages[0].options["leaveout"] == {"fraction": 0.1, "seed": 0}
+        assert leaveout.stages[0].options["init"] == init
+        assert (leaveout.model, leaveout.data, leaveout.loss, leaveout.training) == (
+            tiny.model, tiny.data, tiny.loss, tiny.training)  # trained exactly like splade-tiny
     paper = load_recipe("modernbert_vt")
     assert [stage.name for stage in paper.stages] == ["transfer", "mlm", "calibrate"]
     assert paper.loss["ranking"] == "margin_mse" and paper.data["format"] == "msmarco"
