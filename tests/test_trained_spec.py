@@ -19,6 +19,7 @@ def write_recipe(path, model, triples, lr=5.0e-5) -> None:
                               "max_length_doc": 32, "save_every": 100}}, path)
 
 
+@pytest.mark.slow
 def test_train_condition_trains_once_then_evaluates(tmp_path, splade_tiny, capfd) -> None:
     folder = tmp_path / "beir" / "mini"
     (folder / "qrels").mkdir(parents=True)

@@ -318,6 +318,7 @@ def test_leaveout_rows_are_rebuilt_best_by_topology(splade, splade_tiny: Path, m
     assert cosine["topology"] > cosine["mean"] and cosine["topology"] > cosine["random"]
 
 
+@pytest.mark.slow
 def test_leaveout_transfer_equals_transfer_from_saved_source(splade_tiny: Path, minilm: Path, tmp_path: Path) -> None:
     """``run_transfer(leaveout=...)`` (spec and recipe path) builds bit-for-bit the model a saved and
     reloaded leave-out source gives, so the pinned leave-out figures hold for both."""
