@@ -7,7 +7,6 @@ from ruamel.yaml import YAML
 from vtrepro.errors import VtreproError
 from vtrepro.regress import main as regress
 
-DOCS = {"d1": "heart attack causes and risk factors", "d2": "protein folding in yeast cells", "d3": "heart rate"}
 TRIPLES = [("what causes heart attacks", "heart attack causes and risk factors", "protein folding in yeast cells"),
            ("yeast protein folding", "protein folding in yeast cells", "heart rate")]
 
@@ -20,19 +19,14 @@ def write_recipe(path, model, triples, lr=5.0e-5) -> None:
 
 
 @pytest.mark.slow
-def test_train_condition_trains_once_then_evaluates(tmp_path, splade_tiny, capfd) -> None:
-    folder = tmp_path / "beir" / "mini"
-    (folder / "qrels").mkdir(parents=True)
-    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": i, "text": t}) + "\n" for i, t in DOCS.items()))
-    (folder / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "what causes heart attacks"}) + "\n")
-    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+def test_train_condition_trains_once_then_evaluates(tmp_path, splade_tiny, mini_beir, capfd) -> None:
     triples = tmp_path / "triples.tsv"
     triples.write_text("".join("\t".join(triple) + "\n" for triple in TRIPLES))
     recipe = tmp_path / "mini_ft.yaml"
     write_recipe(recipe, splade_tiny, triples)
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"conditions:\n  ft:\n    train: {recipe}\n    datasets:\n      mini:\n")
-    arguments = ["--spec", str(spec), "--data-dir", str(tmp_path), "--output", str(tmp_path / "runs")]
+    arguments = ["--spec", str(spec), "--data-dir", str(mini_beir), "--output", str(tmp_path / "runs")]
 
     regress(arguments)
     final = tmp_path / "runs" / "train" / "mini_ft" / "final"
