@@ -129,6 +129,7 @@ def test_paper_recipe_fails_with_one_line_naming_the_missing_model(tmp_path, mon
         (lambda r: r["training"].pop("steps"), r"training needs 'steps'"),
         (lambda r: r["loss"].update(ranking="margin_mse"), r"margin_mse needs teacher scores"),
         (lambda r: r["loss"].update(lambda_d=-1), r"loss.lambda_d must be at least 0"),
+        (lambda r: r["training"].update(cpu_threads=0), r"training.cpu_threads must be at least 1"),
         (lambda r: r["data"].update(negatives=3), r"triples has exactly one negative"),
         (lambda r: r["data"].update(format="tsv"), r"data.format must be one of beir, triples, msmarco"),
         (lambda r: r.update(stages=[{"distill": {}}]), r"stages\[0\] must be one of"),

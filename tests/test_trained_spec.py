@@ -15,7 +15,7 @@ def write_recipe(path, model, triples, lr=5.0e-5) -> None:
     YAML().dump({"model": str(model), "data": {"format": "triples", "path": str(triples)},
                  "loss": {"ranking": "infonce", "lambda_q": 0.001, "lambda_d": 0.001},
                  "training": {"steps": 2, "batch_size": 2, "lr": lr, "max_length_query": 16,
-                              "max_length_doc": 32, "save_every": 100}}, path)
+                              "max_length_doc": 32, "save_every": 100, "cpu_threads": 1}}, path)
 
 
 @pytest.mark.slow
@@ -30,7 +30,8 @@ def test_train_condition_trains_once_then_evaluates(tmp_path, splade_tiny, mini_
 
     regress(arguments)
     final = tmp_path / "runs" / "train" / "mini_ft" / "final"
-    assert json.loads((final / "training_report.json").read_text())["steps"] == 2
+    report = json.loads((final / "training_report.json").read_text())
+    assert report["steps"] == 2 and report["cpu_threads"] == 1
     assert "training " in capfd.readouterr().err
     run = tmp_path / "runs" / "spec" / "ft" / "mini" / "run.trec"
     assert run.read_text().splitlines()[0].split()[2] == "d1"

@@ -110,6 +110,7 @@ _TRAINING = {
     "dropout": Field(float, None, minimum=0, maximum=1, nullable=True),
     "precision": Field(str, "fp32", ("fp32", "bf16")), "save_every": Field(int, 500, minimum=1),
     "keep_checkpoints": Field(int, 2, minimum=1), "seed": Field(int, 42),
+    "cpu_threads": Field(int, None, minimum=1, nullable=True),
 }
 _LEAVEOUT = {"fraction": Field(float, 0.1, above=0, maximum=0.99), "seed": Field(int, 0)}
 _CORPUS = {"dataset": Field(str, None, nullable=True), "corpus": Field(str, None, nullable=True)}
@@ -131,7 +132,7 @@ _STAGES = {
                   "seed": Field(int, 0)},
 }
 # Settings that do not change the trained weights: a resumed run may differ in them.
-_NOT_FINGERPRINTED = {"description", "save_every", "keep_checkpoints"}
+_NOT_FINGERPRINTED = {"description", "save_every", "keep_checkpoints", "cpu_threads"}
 
 
 @dataclass(frozen=True)
@@ -1068,6 +1069,7 @@ class Trainer:
             report = {
                 "recipe": str(self.recipe.path), "fingerprint": self.recipe.fingerprint(), "steps": self.step,
                 "processes": self.processes.world, "device": str(self.processes.device),
+                "cpu_threads": torch.get_num_threads(),
                 "train_seconds": round(sum(record["seconds"] for record in log), 1),
                 "data": getattr(self.data, "summary", {}),
                 "last_10_percent": {key: round(sum(record[key] for record in tail) / len(tail), 4)
@@ -1133,6 +1135,8 @@ def plot_curves(log_path: Path, out: Path) -> None:
 def run_recipe(recipe: Recipe, output: Path, data_dir=None, model_dir=None) -> Path:
     """Stages then training, in this process (one of a torchrun job, or alone); returns the final folder."""
     processes = Processes.start()
+    if processes.device.type == "cpu" and recipe.training["cpu_threads"]:
+        torch.set_num_threads(recipe.training["cpu_threads"])  # CPU float sums depend on the thread count
     try:
         check_inputs(recipe, output, data_dir, model_dir)
         if processes.main:
