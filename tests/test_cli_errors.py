@@ -121,3 +121,12 @@ def test_bm25_on_a_tiny_collection_passes_end_to_end(tmp_path):
 def test_every_stage_has_help(module):
     code, stdout, _ = run(module, "--help")
     assert code == 0 and "usage: python -m " + module in stdout
+
+
+def test_unknown_training_recipe_fails_before_any_work(tmp_path):
+    make_dataset(tmp_path, GOOD_DOCS)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("conditions:\n  ft:\n    train: no_such_recipe\n    datasets:\n      mini:\n")
+    result = run("vtrepro.regress", "--spec", spec, "--data-dir", tmp_path, "--output", tmp_path / "runs")
+    assert_one_line_error(result, "recipe 'no_such_recipe' not found")
+    assert not (tmp_path / "runs").exists()

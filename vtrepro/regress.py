@@ -364,10 +364,14 @@ def main(argv: list[str] | None = None) -> int:
         print(describe_plan(spec, selected, args.data_dir, args.model_dir, args.output / "train"))
         return EXIT_OK
     datasets = {}
-    for condition, dataset_run in selected:  # fail on missing data before any work
+    for condition, dataset_run in selected:  # fail on missing data or a bad training recipe before any work
         if dataset_run.name not in datasets:
             datasets[dataset_run.name] = load_dataset(dataset_run.name, args.data_dir)
         datasets[dataset_run.name].qrels(dataset_run.split)
+        if condition.train:
+            from vtrepro.train import load_recipe
+
+            load_recipe(condition.train)
     start_jvm()
 
     out_dir = args.output / spec.name
