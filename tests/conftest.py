@@ -56,14 +56,19 @@ def tiny_encoder(splade_tiny: Path):
 MINI_CORPUS = {"d1": "heart attack causes and risk factors", "d2": "protein folding in yeast cells", "d3": "heart rate"}
 
 
-@pytest.fixture
-def mini_beir(tmp_path: Path) -> Path:
+def write_mini_beir(root: Path) -> Path:
     """A data root holding beir/mini: three documents, one test query ("what causes heart attacks") judging d1."""
     import json
 
-    folder = tmp_path / "beir" / "mini"
+    folder = root / "beir" / "mini"
     (folder / "qrels").mkdir(parents=True)
     (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": i, "text": t}) + "\n" for i, t in MINI_CORPUS.items()))
     (folder / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "what causes heart attacks"}) + "\n")
     (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
-    return tmp_path
+    return root
+
+
+@pytest.fixture
+def mini_beir(tmp_path: Path) -> Path:
+    """A data root holding beir/mini (see ``write_mini_beir``)."""
+    return write_mini_beir(tmp_path)

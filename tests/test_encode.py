@@ -1,4 +1,5 @@
 """Encoded corpora: JSON-vector shards, manifest, determinism and resume after interruption."""
+import copy
 import json
 
 import pytest
@@ -11,17 +12,26 @@ from vtrepro.vectors import EMPTY_DOCUMENT_TERM, Quantization
 
 
 class InterruptAfter:
-    """The real encoder, interrupted (as by Ctrl-C) when asked for its n-th batch of documents."""
+    """The real encoder, interrupted (as by Ctrl-C) when asked for its n-th window of documents."""
 
     def __init__(self, encoder, calls: int):
         self._encoder, self._calls = encoder, calls
-        self.model, self.vocabulary, self.max_length_doc = encoder.model, encoder.vocabulary, encoder.max_length_doc
+
+    def __getattr__(self, name):
+        return getattr(self._encoder, name)
 
     def encode(self, texts, kind):
         self._calls -= 1
         if self._calls < 0:
             raise KeyboardInterrupt
         return self._encoder.encode(texts, kind)
+
+
+def windowed(encoder, sort_window: int):
+    """The same loaded encoder with another length-sorting window (model weights shared)."""
+    other = copy.copy(encoder)
+    other.sort_window = sort_window
+    return other
 
 
 def shard_bytes(folder):
@@ -45,14 +55,33 @@ def test_fresh_encodings_are_byte_identical(tmp_path, tiny_encoder, scifact_samp
 
 
 def test_interrupted_encode_resumes_without_duplicates_or_gaps(tmp_path, tiny_encoder, scifact_sample):
-    reference = encode_corpus(tiny_encoder, scifact_sample, tmp_path / "whole", shard_size=25, show_progress=False)
+    encoder = windowed(tiny_encoder, 10)  # shard of 25 = windows 0-2, then 2 (kept), 3, 4: five encode calls
+    reference = encode_corpus(encoder, scifact_sample, tmp_path / "whole", shard_size=25, show_progress=False)
     with pytest.raises(KeyboardInterrupt):
-        encode_corpus(InterruptAfter(tiny_encoder, 2), scifact_sample, tmp_path / "resumed", shard_size=25, show_progress=False)
+        encode_corpus(InterruptAfter(encoder, 4), scifact_sample, tmp_path / "resumed", shard_size=25, show_progress=False)
     partial = load_manifest(tmp_path / "resumed")
-    assert not partial["complete"] and partial["documents"] == 50
-    resumed = encode_corpus(InterruptAfter(tiny_encoder, 1), scifact_sample, tmp_path / "resumed", shard_size=25, show_progress=False)
+    assert not partial["complete"] and partial["documents"] == 25
+    resumed = encode_corpus(InterruptAfter(encoder, 5), scifact_sample, tmp_path / "resumed", shard_size=25, show_progress=False)
     assert resumed == reference
     assert shard_bytes(tmp_path / "resumed") == shard_bytes(tmp_path / "whole")
+
+
+def test_vectors_depend_on_neither_shard_size_nor_resume_point(tmp_path, tiny_encoder, scifact_sample):
+    """Batches are formed in sort windows counted from the corpus start, so shards of any size and a
+    run resumed in the middle of a window hold the same vectors: the same fingerprint."""
+    encoder = windowed(tiny_encoder, 16)
+    fingerprints = {
+        shard_size: encode_corpus(encoder, scifact_sample, tmp_path / f"shards-{shard_size}", shard_size=shard_size,
+                                  show_progress=False)["fingerprint"]
+        for shard_size in (7, 16, 25, 60)
+    }
+    with pytest.raises(KeyboardInterrupt):  # after shard 3 of 7 documents: docs 21-27 sit in window 1
+        encode_corpus(InterruptAfter(encoder, 2), scifact_sample, tmp_path / "cut", shard_size=7, show_progress=False)
+    assert load_manifest(tmp_path / "cut")["documents"] == 28
+    resumed = encode_corpus(encoder, scifact_sample, tmp_path / "cut", shard_size=7, show_progress=False)
+    assert len(set(fingerprints.values())) == 1
+    assert resumed["fingerprint"] == fingerprints[7]
+    assert shard_bytes(tmp_path / "cut") == shard_bytes(tmp_path / "shards-7")
 
 
 def test_other_settings_in_the_same_folder_are_refused(tmp_path, tiny_encoder, scifact_sample):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from vtrepro.errors import VtreproError, cli_entry
+from vtrepro.fingerprint import VectorSetSummary, fingerprint_folder
 from vtrepro.io import atomic_write, sha256_file, write_json
 from vtrepro.vectors import EMPTY_DOCUMENT_TERM, Quantization, escaped_vocabulary, to_impact_vector
 
@@ -62,8 +63,30 @@ def corpus_fingerprint(documents: Sequence) -> str:
     return digest.hexdigest()
 
 
-def _encode_shard(encoder, documents: Sequence, terms: list[str], quantization: Quantization, path: Path) -> dict:
-    encoded = encoder.encode([document.contents for document in documents], kind="doc")
+class _AlignedWindows:
+    """Encodes documents in whole sort windows counted from the corpus start, whatever range is asked.
+
+    Batches are formed inside a window, so a document's vector depends on the corpus order, the
+    window and the batch size alone: never on the shard size or on where an interrupted run resumed.
+    The last window stays in memory for the next shard.
+    """
+
+    def __init__(self, encoder, documents: Sequence):
+        self.encoder, self.documents, self.size = encoder, documents, encoder.sort_window
+        self._window, self._vectors = -1, []
+
+    def vectors(self, start: int, stop: int) -> list:
+        out = []
+        for window in range(start // self.size, (stop - 1) // self.size + 1):
+            low = window * self.size
+            if window != self._window:
+                texts = [document.contents for document in self.documents[low : low + self.size]]
+                self._window, self._vectors = window, self.encoder.encode(texts, kind="doc")
+            out += self._vectors[max(start, low) - low : min(stop, low + self.size) - low]
+        return out
+
+
+def _write_shard(documents: Sequence, encoded: list, terms: list[str], quantization: Quantization, path: Path) -> dict:
     total_terms = 0
     with atomic_write(path) as handle:
         for document, (ids, weights) in zip(documents, encoded):
@@ -124,6 +147,8 @@ def encode_corpus(
         "max_length_doc": encoder.max_length_doc,
         "quantization": quantization.to_dict(),
         "corpus_sha256": corpus_fingerprint(documents),
+        "batch_size": encoder.batch_size,
+        "sort_window": encoder.sort_window,
         "shard_size": shard_size,
     }
     shards = _finished_shards(out_dir, load_manifest(out_dir), settings, replace_other_settings)
@@ -141,27 +166,33 @@ def encode_corpus(
         from tqdm import tqdm
 
         progress = tqdm(total=len(documents), initial=sum(shard["documents"] for shard in shards), unit="doc", desc="encode")
+    windows = _AlignedWindows(encoder, documents)
     for index in range(len(shards), len(expected_files)):
-        batch = documents[index * shard_size : (index + 1) * shard_size]
-        shards.append(_encode_shard(encoder, batch, terms, quantization, vectors_dir / f"part-{index:05d}.jsonl"))
-        _write_manifest(out_dir, model_name, settings, shards, complete=False)
+        start, stop = index * shard_size, min((index + 1) * shard_size, len(documents))
+        path = vectors_dir / f"part-{index:05d}.jsonl"
+        shards.append(_write_shard(documents[start:stop], windows.vectors(start, stop), terms, quantization, path))
+        _write_manifest(out_dir, model_name, settings, shards)
         if progress is not None:
-            progress.update(len(batch))
+            progress.update(stop - start)
     if progress is not None:
         progress.close()
-    return _write_manifest(out_dir, model_name, settings, shards, complete=True)
+    return _write_manifest(out_dir, model_name, settings, shards, fingerprint_folder(vectors_dir))
 
 
-def _write_manifest(out_dir: Path, model: str, settings: dict, shards: list[dict], complete: bool) -> dict[str, Any]:
+def _write_manifest(out_dir: Path, model: str, settings: dict, shards: list[dict],
+                    fingerprint: VectorSetSummary | None = None) -> dict[str, Any]:
+    """The manifest; ``fingerprint`` (the vectors' content hash) marks it complete."""
     manifest = {
         "format": MANIFEST_FORMAT,
         "model": model,
         "settings": settings,
-        "complete": complete,
+        "complete": fingerprint is not None,
         "documents": sum(shard["documents"] for shard in shards),
         "total_terms": sum(shard["total_terms"] for shard in shards),
         "shards": shards,
     }
+    if fingerprint is not None:
+        manifest["fingerprint"] = fingerprint.sha256
     write_json(out_dir / MANIFEST_NAME, manifest)
     return manifest
 

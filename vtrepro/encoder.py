@@ -24,8 +24,11 @@ SparseVector = tuple[np.ndarray, np.ndarray]
 
 PROJECTION_ROWS = 128
 """Token rows projected onto the vocabulary at once: their logits (~16 MB at 30k terms) stay in cache."""
-SORT_WINDOW_BATCHES = 64
-"""Texts are tokenized and sorted by length in windows of this many batches, bounding memory."""
+SORT_WINDOW = 2000
+"""Texts are tokenized and sorted by length into batches within consecutive windows of this many texts.
+
+A text's float32 weights depend on the batch it shares (padded length, matrix shapes), so batches are a
+function of the input order, this window and the batch size alone; windows also bound memory."""
 HEAD_TOLERANCE = 1e-4
 UNBOUNDED_LENGTH = 1_000_000
 
@@ -50,16 +53,18 @@ class SpladeEncoder:
         max_length_doc: int = 512,
         max_length_query: int = 64,
         batch_size: int = 32,
+        sort_window: int = SORT_WINDOW,
         trust_remote_code: bool = False,
     ) -> None:
         for name, value in (("max_length_doc", max_length_doc), ("max_length_query", max_length_query),
-                            ("batch_size", batch_size)):
+                            ("batch_size", batch_size), ("sort_window", sort_window)):
             if value < 1:
                 raise VtreproError(f"{name} must be at least 1, got {value}")
         self.model, self.tokenizer = load_masked_lm(model, model_dir, trust_remote_code)
         for value in (max_length_doc, max_length_query):
             _check_max_length(str(model), self.model, self.tokenizer, value)
         self.max_length_doc, self.max_length_query, self.batch_size = max_length_doc, max_length_query, batch_size
+        self.sort_window = sort_window
         self.vocabulary: list[str] = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
         self.special_ids: frozenset[int] = frozenset(self.tokenizer.all_special_ids)
         self._decoder = self.model.get_output_embeddings()
@@ -105,7 +110,7 @@ class SpladeEncoder:
 
     def _sorted_batches(self, texts: Sequence[str], max_length: int) -> Iterator[tuple[list[int], BatchEncoding]]:
         """Tokenize windows of texts and batch each window's texts by token length (longest first)."""
-        window = self.batch_size * SORT_WINDOW_BATCHES
+        window = self.sort_window
         for window_start in range(0, len(texts), window):
             window_texts = list(texts[window_start : window_start + window])
             encoded = self.tokenizer(window_texts, truncation=True, max_length=max_length)

@@ -7,7 +7,7 @@ writes observed values back as the expected ones, keeping the file's comments an
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +24,20 @@ REGRESSIONS_DIR = Path(__file__).resolve().parent.parent / "regressions"
 INDEX_STATS = ("documents", "total_terms")
 
 _SPEC_KEYS = {"description", "defaults", "conditions"}
-_DEFAULT_KEYS = {"split", "k", "metrics"}
+_DEFAULT_KEYS = {"split", "k", "metrics", "tolerance"}
 _CONDITION_KEYS = {
     "description", "retrieval", "model", "trust_remote_code", "bm25", "encoder", "quantization",
     "reference_source", "reference_tolerance", "reference_average", "datasets", "transfer", "calibrate",
-    "query_encoder", "train",
+    "query_encoder", "train", "tolerance",
 }
 _TRANSFER_KEYS = {
     "source", "target_tokenizer", "reference", "init", "temperature", "similarity", "target_norm", "seed", "leaveout",
 }
 _LEAVEOUT_KEYS = {"fraction", "seed"}
 _CALIBRATE_KEYS = {"dataset", "docs", "cut_percent", "target_terms", "max_length"}
-_DATASET_KEYS = {"split", "scores", "reference", "index"}
+_DATASET_KEYS = {"split", "scores", "reference", "index", "vectors", "encoded"}
+_VECTOR_KEYS = ("corpus", "queries")
+_TOLERANCE_KEYS = {"total_terms", "scores"}
 _ENCODER_KEYS = {"max_length_doc", "max_length_query", "batch_size"}
 
 
@@ -44,6 +46,27 @@ class EncoderSettings:
     max_length_doc: int = 512
     max_length_query: int = 64
     batch_size: int = 32
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far figures may move when the vectors were encoded here and differ from the pinned ones.
+
+    Defaults cover every CPU arithmetic path measured in docs/regression-specs.md (envelope table):
+    ``total_terms`` is relative to the pinned index total, ``scores`` absolute on 4-decimal scores.
+    Where the fingerprints match, every figure is exact and no tolerance applies.
+    """
+
+    total_terms: float = 1e-6
+    scores: float = 0.0005
+
+
+@dataclass(frozen=True)
+class EncodedVectors:
+    """Already-encoded vectors to use instead of encoding: a JSON-vector folder and a queries file."""
+
+    corpus: Path
+    queries: Path
 
 
 @dataclass
@@ -55,6 +78,8 @@ class DatasetRun:
     scores: dict[str, float | None]
     reference: dict[str, float]
     index: dict[str, int | None]
+    vectors: dict[str, str | None] = field(default_factory=dict)  # "corpus"/"queries" -> pinned sha256
+    encoded: EncodedVectors | None = None
 
 
 @dataclass
@@ -75,6 +100,7 @@ class Condition:
     calibrate: dict[str, Any] | None = None
     train: str | None = None  # training recipe (file or name in regressions/recipes/) whose final model is used
     query_encoder: str = "model"  # "model" (SPLADE queries) or "idf" (inference-free: idf.json beside the model)
+    tolerance: Tolerance = Tolerance()
 
 
 @dataclass
@@ -177,29 +203,36 @@ def load_spec(spec: str | Path) -> Spec:
             raise check.fail(defaults, "metrics", str(error)) from None
     k = check.number(defaults, "k", "defaults", int) if "k" in defaults else 1000
     split = str(defaults.get("split", "test"))
+    tolerance = _load_tolerance(check, defaults, "defaults", Tolerance())
     if not isinstance(document.get("conditions"), CommentedMap) or not document["conditions"]:
         raise check.fail(document, "conditions", "'conditions' must map condition names to their settings")
     conditions = [
-        _load_condition(check, document["conditions"], name, metrics, split)
+        _load_condition(check, document["conditions"], name, metrics, split, tolerance)
         for name in document["conditions"]
     ]
     return Spec(path, path.stem, str(document.get("description", "")), k, metrics, conditions)
 
 
-def _load_condition(check: _Checker, parent: CommentedMap, name: str, metrics, split: str) -> Condition:
+def _load_condition(check: _Checker, parent: CommentedMap, name: str, metrics, split: str,
+                    tolerance: Tolerance) -> Condition:
     where = f"condition '{name}'"
     node = check.mapping(parent, name, _CONDITION_KEYS, where)
     sources = [key for key in ("model", "transfer", "train") if key in node]
-    retrieval = node.get("retrieval", "impact" if sources else None)
+    datasets_node = node.get("datasets")
+    all_encoded = isinstance(datasets_node, CommentedMap) and bool(datasets_node) and all(
+        isinstance(entry, CommentedMap) and "encoded" in entry for entry in datasets_node.values())
+    retrieval = node.get("retrieval", "impact" if sources or all_encoded else None)
     if retrieval not in ("bm25", "impact"):
         raise check.fail(parent, name, f"{where} needs 'retrieval: bm25', a 'model', a 'transfer' block or a 'train' recipe")
-    if retrieval == "impact" and not (node.get("model") or "transfer" in node or node.get("train")):
-        raise check.fail(parent, name, f"{where} uses impact retrieval but names no 'model', 'transfer' or 'train'")
+    if retrieval == "impact" and not (node.get("model") or "transfer" in node or node.get("train") or all_encoded):
+        raise check.fail(parent, name, f"{where} uses impact retrieval but names no 'model', 'transfer' or 'train' "
+                                       "(or 'encoded' vectors for every dataset)")
     if len(sources) > 1:
         raise check.fail(node, sources[1], f"{where} takes one of 'model', 'transfer' and 'train', not {' and '.join(sources)}")
     if "train" in node and "calibrate" in node:
         raise check.fail(node, "calibrate", f"{where}: a 'train' recipe calibrates in its own stages; remove 'calibrate'")
-    condition = Condition(name=name, retrieval=retrieval, datasets=[], description=str(node.get("description", "")))
+    condition = Condition(name=name, retrieval=retrieval, datasets=[], description=str(node.get("description", "")),
+                          tolerance=_load_tolerance(check, node, where, tolerance))
     condition.model = node.get("model")
     if "train" in node:
         if not isinstance(node["train"], str):
@@ -241,6 +274,9 @@ def _load_condition(check: _Checker, parent: CommentedMap, name: str, metrics, s
         dataset_where = f"{where}, dataset '{dataset}'"
         entry = check.mapping(datasets, dataset, _DATASET_KEYS, dataset_where)
         index = check.mapping(entry, "index", set(INDEX_STATS), f"{dataset_where}.index") if "index" in entry else {}
+        if retrieval == "bm25" and ("vectors" in entry or "encoded" in entry):
+            raise check.fail(entry, "vectors" if "vectors" in entry else "encoded",
+                             f"{dataset_where}: BM25 runs have no vectors; remove 'vectors'/'encoded'")
         condition.datasets.append(
             DatasetRun(
                 name=str(dataset),
@@ -248,9 +284,53 @@ def _load_condition(check: _Checker, parent: CommentedMap, name: str, metrics, s
                 scores=check.metric_values(entry, "scores", metrics, f"{dataset_where}.scores", True),
                 reference=check.metric_values(entry, "reference", metrics, f"{dataset_where}.reference", False),
                 index={key: check.number(index, key, f"{dataset_where}.index", int, allow_none=True) for key in index},
+                vectors=_load_fingerprints(check, entry, f"{dataset_where}.vectors"),
+                encoded=_load_encoded(check, entry, f"{dataset_where}.encoded"),
             )
         )
     return condition
+
+
+def _load_tolerance(check: _Checker, parent: CommentedMap, where: str, inherited: Tolerance) -> Tolerance:
+    if "tolerance" not in parent:
+        return inherited
+    node = check.mapping(parent, "tolerance", _TOLERANCE_KEYS, f"{where}.tolerance")
+    values = {key: check.number(node, key, f"{where}.tolerance") for key in node}
+    for key, value in values.items():
+        if value < 0:
+            raise check.fail(node, key, f"{where}.tolerance.{key} must be >= 0, got {value}")
+    return replace(inherited, **values)
+
+
+def _load_fingerprints(check: _Checker, parent: CommentedMap, where: str) -> dict[str, str | None]:
+    if "vectors" not in parent:
+        return {}
+    node = check.mapping(parent, "vectors", set(_VECTOR_KEYS), where)
+    fingerprints = {}
+    for key in node:
+        value = node[key]
+        if value is not None and not (isinstance(value, str) and len(value) == 64
+                                      and all(char in "0123456789abcdef" for char in value)):
+            raise check.fail(node, key, f"{where}.{key} must be a 64-digit lowercase hex sha256 "
+                                        "(written by 'regress --record') or null")
+        fingerprints[key] = value
+    return fingerprints
+
+
+def _load_encoded(check: _Checker, parent: CommentedMap, where: str) -> EncodedVectors | None:
+    """Paths of already-encoded vectors, relative to the spec file; both must exist."""
+    if "encoded" not in parent:
+        return None
+    node = check.mapping(parent, "encoded", set(_VECTOR_KEYS), where)
+    paths = {}
+    for key in _VECTOR_KEYS:
+        if not isinstance(node.get(key), str):
+            raise check.fail(parent, "encoded", f"{where} needs '{key}': a path relative to the spec file")
+        path = (check.path.parent / node[key]).resolve()
+        if not path.exists():
+            raise check.fail(node, key, f"{where}.{key}: {path} does not exist; encode it or fix the path")
+        paths[key] = path
+    return EncodedVectors(**paths)
 
 
 def _load_transfer(check: _Checker, parent: CommentedMap, where: str) -> dict[str, Any]:
@@ -288,14 +368,15 @@ def _load_calibrate(check: _Checker, parent: CommentedMap, where: str) -> dict[s
 def record_observed(path: Path, observed: dict[tuple[str, str], dict[str, Any]]) -> None:
     """Write observed scores and index stats as the spec's expected values, keeping comments and order.
 
-    ``observed`` maps (condition, dataset) to ``{"scores": {metric: value}, "index": {stat: value}}``.
+    ``observed`` maps (condition, dataset) to ``{"scores": {metric: value}, "index": {stat: value},
+    "vectors": {"corpus": sha256, "queries": sha256}}`` (no "vectors" for BM25).
     """
     document = _read_document(path)
     for (condition, dataset), values in observed.items():
         entry = document["conditions"][condition]["datasets"][dataset]
         if entry is None:
             entry = document["conditions"][condition]["datasets"][dataset] = CommentedMap()
-        for section in ("index", "scores"):
+        for section in ("vectors", "index", "scores"):
             if not values.get(section):
                 continue
             if entry.get(section) is None:
