@@ -134,16 +134,28 @@ def test_bundles_are_byte_identical_for_the_same_vectors(recorded, bundle, tmp_p
     assert again.read_bytes() == bundle.read_bytes()
 
 
+def runs_folder_with(runs, folder, edit):
+    """A folder laid out like a regress output holding the recorded run, its one shard's lines edited."""
+    source = runs / "mini_spec" / "tiny" / "mini"
+    target = folder / "tiny" / "mini"
+    (target / "vectors").mkdir(parents=True)
+    (target / "queries.jsonl").write_bytes((source / "queries.jsonl").read_bytes())
+    shard = target / "vectors" / "part-00000.jsonl"
+    shard.write_text("\n".join(edit((source / "vectors" / shard.name).read_text().splitlines())) + "\n")
+    return shard
+
+
 def test_reference_vectors_count_the_documents_that_differ(recorded, bundle, tmp_path):
     spec, data, runs = recorded
+
+    def raise_one_impact(lines):
+        records = [json.loads(line) for line in lines]
+        term = next(iter(records[1]["vector"]))
+        records[1]["vector"][term] += 2
+        return [json.dumps(record) for record in records]
+
     tampered = tmp_path / "ref"
-    (tampered / "tiny" / "mini" / "vectors").mkdir(parents=True)
-    source = runs / "mini_spec" / "tiny" / "mini"
-    (tampered / "tiny" / "mini" / "queries.jsonl").write_bytes((source / "queries.jsonl").read_bytes())
-    records = [json.loads(line) for line in (source / "vectors" / "part-00000.jsonl").read_text().splitlines()]
-    term = next(iter(records[1]["vector"]))
-    records[1]["vector"][term] += 2
-    (tampered / "tiny" / "mini" / "vectors" / "v.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    runs_folder_with(runs, tampered, raise_one_impact)
     assert run(spec, data, tmp_path / "runs", "--reference-vectors", str(tampered)) == 0
     note = rows_of(tmp_path / "runs")["vectors.corpus"]["note"]
     assert "vs reference: 1 documents differ (1 impacts, max |delta| 2, total -2)" in note
@@ -194,11 +206,6 @@ def test_a_bundle_whose_fingerprints_do_not_match_its_content_is_refused(recorde
 def test_a_vector_folder_with_a_duplicate_id_is_refused(recorded, tmp_path, capsys):
     spec, data, runs = recorded
     folder = tmp_path / "vectors"
-    (folder / "tiny" / "mini" / "vectors").mkdir(parents=True)
-    source = runs / "mini_spec" / "tiny" / "mini"
-    (folder / "tiny" / "mini" / "queries.jsonl").write_bytes((source / "queries.jsonl").read_bytes())
-    lines = (source / "vectors" / "part-00000.jsonl").read_text().splitlines()
-    shard = folder / "tiny" / "mini" / "vectors" / "part-00000.jsonl"
-    shard.write_text("\n".join([*lines, lines[0]]) + "\n")
+    shard = runs_folder_with(runs, folder, lambda lines: [*lines, lines[0]])
     assert run(spec, data, tmp_path / "runs", "--vectors", str(folder)) == 2
     one_line_error(capsys, f"{shard}:4", "duplicate id 'd1'")

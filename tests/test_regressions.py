@@ -35,7 +35,25 @@ def test_splade_tiny_matches_its_pinned_scores(splade_tiny_run):
     assert code == 0, (out_dir / "report.md").read_text()
     rows = json.loads((out_dir / "results.json").read_text())["rows"]
     assert {row["dataset"] for row in rows} == {"scifact", "nfcorpus"}
-    assert all(row["status"] == "OK" for row in rows)
+    # Exact where the vectors match the pinned fingerprints; within the spec's tolerance where this CPU encoded others.
+    assert all(row["status"] == "OK" if row["tier"] == "fixed" else row["status"] in ("OK", "OKISH") for row in rows)
+    assert {row["metric"] for row in rows} >= {"vectors.corpus", "vectors.queries", "total_terms", "ndcg@10"}
+
+
+def test_an_exported_bundle_reproduces_every_figure_exactly(splade_tiny_run, tmp_path):
+    """The encoded vectors travel as a checksummed bundle; from them every figure is reproduced exactly."""
+    from vtrepro.export import main as export
+
+    args, out_dir, _ = splade_tiny_run
+    bundle = tmp_path / "splade_tiny.tar"
+    assert export(["--spec", "beir_splade_tiny", "--runs", str(out_dir.parent), "--output", str(bundle)]) == 0
+    replay = [*args[:args.index("--output")], "--output", str(tmp_path / "replay"), "--vectors", str(bundle)]
+    assert regress(replay) == 0
+    rows = json.loads((tmp_path / "replay" / "beir_splade_tiny" / "results.json").read_text())["rows"]
+    observed = json.loads((out_dir / "results.json").read_text())["rows"]
+    assert [(row["metric"], row["observed"]) for row in rows] == [(row["metric"], row["observed"]) for row in observed]
+    assert (tmp_path / "replay" / "beir_splade_tiny" / "splade-tiny" / "scifact" / "run.trec").read_bytes() == \
+        (out_dir / "splade-tiny" / "scifact" / "run.trec").read_bytes()
 
 
 def test_every_lucene_score_is_the_integer_dot_product(splade_tiny_run):

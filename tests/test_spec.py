@@ -60,6 +60,16 @@ def test_valid_spec_loads_with_defaults(tmp_path):
         (VALID.replace("[ndcg@10, recall@100]", "[ndcg@ten]"), r"spec\.yaml:4: unknown metric 'ndcg@ten'"),
         (VALID.replace("  bm25-flat:  # inline comment", "  bm25-flat: [oops"), r"spec\.yaml:\d+: malformed YAML"),
         ("- just\n- a list\n", r"spec\.yaml:1: a spec must be a YAML mapping"),
+        (VALID.replace("  metrics: [ndcg@10, recall@100]\n", "  metrics: [ndcg@10, recall@100]\n  tolerance: {scores: -1}\n"),
+         r"spec\.yaml:5: defaults\.tolerance\.scores must be >= 0"),
+        (VALID.replace("    model: splade-tiny\n", "    model: splade-tiny\n    tolerance: {total: 0.1}\n"),
+         r"spec\.yaml:15: unknown key 'total' in condition 'tiny'\.tolerance"),
+        (VALID.replace("      nfcorpus:\n", "      nfcorpus:\n        vectors: {corpus: abc}\n"),
+         r"spec\.yaml:19: .*vectors\.corpus must be a 64-digit lowercase hex sha256"),
+        (VALID.replace("        reference: {ndcg@10: 0.6789}\n", "        reference: {ndcg@10: 0.6789}\n        vectors: {corpus: null}\n"),
+         r"spec\.yaml:13: .*BM25 runs have no vectors"),
+        (VALID.replace("      nfcorpus:\n", "      nfcorpus:\n        encoded: {corpus: nowhere, queries: q.jsonl}\n"),
+         r"spec\.yaml:19: .*encoded\.corpus: .*nowhere does not exist"),
     ],
 )
 def test_bad_specs_name_file_and_line(tmp_path, broken, message):
@@ -81,6 +91,16 @@ conditions:
     datasets:
       scifact:
 """
+
+
+def test_tolerances_inherit_from_defaults_and_fingerprints_load(tmp_path):
+    text = VALID.replace("  metrics: [ndcg@10, recall@100]\n", "  metrics: [ndcg@10, recall@100]\n  tolerance: {scores: 0.001}\n")
+    text = text.replace("    model: splade-tiny\n", "    model: splade-tiny\n    tolerance: {total_terms: 1.0e-5}\n")
+    text = text.replace("      nfcorpus:\n", f"      nfcorpus:\n        vectors: {{corpus: {'ab' * 32}, queries: null}}\n")
+    bm25, tiny = load_spec(write(tmp_path, text)).conditions
+    assert (bm25.tolerance.scores, bm25.tolerance.total_terms) == (0.001, 1e-6)
+    assert (tiny.tolerance.scores, tiny.tolerance.total_terms) == (0.001, 1e-5)
+    assert tiny.datasets[0].vectors == {"corpus": "ab" * 32, "queries": None}
 
 
 def test_transfer_and_calibrate_blocks(tmp_path):
