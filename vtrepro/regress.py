@@ -360,10 +360,10 @@ def vector_sources(path: Path, runs: list[tuple[Condition, DatasetRun]], cache: 
         run_dir = root / condition / dataset
         if not run_dir.is_dir() and len(impact) == 1 and (root / QUERIES_NAME).is_file():
             run_dir = root  # one encoded corpus folder for the one run
-        if not (run_dir / QUERIES_NAME).is_file():
+        if not (run_dir / QUERIES_NAME).is_file() or not (run_dir / "vectors").is_dir():
             raise VtreproError(f"{path}: no vectors for {condition}/{dataset} (expected {condition}/{dataset}/"
                                f"{QUERIES_NAME} and vectors/); use --datasets to choose runs it holds")
-        sources[(condition, dataset)] = EncodedVectors(corpus_folder(run_dir), run_dir / QUERIES_NAME)
+        sources[(condition, dataset)] = EncodedVectors(run_dir / "vectors", run_dir / QUERIES_NAME)
     return sources
 
 
@@ -371,6 +371,9 @@ def check_encoded(encoded: EncodedVectors) -> None:
     """Read and check every vector of ``encoded`` (ids unique, integer impacts) before any work starts."""
     from vtrepro.search import read_query_vectors
 
+    if encoded.queries.resolve() in {path.resolve() for path in vector_files(encoded.corpus)}:
+        raise VtreproError(f"{encoded.queries}: the queries file lies in the corpus folder {encoded.corpus}, so it "
+                           "would be indexed as documents; move it out of that folder")
     fingerprint_folder(encoded.corpus)
     read_query_vectors(encoded.queries)
 

@@ -380,8 +380,9 @@ def record_observed(path: Path, observed: dict[tuple[str, str], dict[str, Any]])
             if not values.get(section):
                 continue
             if entry.get(section) is None:
-                entry[section] = CommentedMap()
-                entry[section].fa.set_flow_style()
+                values_map = CommentedMap()
+                values_map.fa.set_flow_style()
+                entry.insert(len(entry) if section != "vectors" else 0, section, values_map)
             for key, value in values[section].items():
                 entry[section][key] = value
     buffer = io.StringIO()
