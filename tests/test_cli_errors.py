@@ -118,7 +118,7 @@ def test_bm25_on_a_tiny_collection_passes_end_to_end(tmp_path):
 
 @pytest.mark.parametrize("module", ["vtrepro.regress", "vtrepro.encode", "vtrepro.index", "vtrepro.search", "vtrepro.evaluate",
                                     "vtrepro.transfer", "vtrepro.calibrate", "vtrepro.train", "vtrepro.mlm",
-                                    "vtrepro.export"])
+                                    "vtrepro.export", "vtrepro.fingerprint"])
 def test_every_stage_has_help(module):
     code, stdout, _ = run(module, "--help")
     assert code == 0 and "usage: python -m " + module in stdout

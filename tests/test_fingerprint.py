@@ -5,7 +5,7 @@ import pytest
 
 from vtrepro.encode import encode_corpus
 from vtrepro.errors import VtreproError
-from vtrepro.fingerprint import compare_vectors, fingerprint_folder, fingerprint_vectors, load_vectors, vector_files
+from vtrepro.fingerprint import compare_vectors, fingerprint_folder, fingerprint_vectors, load_vectors, main, vector_files
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +87,16 @@ def test_hidden_temporary_files_are_not_vectors(encoded, tmp_path):
     (other / ".part-00001.jsonl.tmp").write_text('{"id": "partial"')
     (other / ".hidden.jsonl").write_text('{"id": "partial"')
     assert fingerprint_folder(other).sha256 == manifest["fingerprint"]
+
+
+def test_the_command_prints_fingerprints_and_the_difference(encoded, tmp_path, capsys):
+    folder, manifest = encoded
+    changed = records(folder)
+    term = next(iter(changed[3]["vector"]))
+    changed[3]["vector"][term] += 5
+    assert main([str(folder), str(write_records(tmp_path / "other", [changed]))]) == 0
+    first, _, difference = capsys.readouterr().out.splitlines()
+    assert first.startswith(f"{manifest['fingerprint']}  60 records, total impact {manifest['total_terms']}")
+    assert json.loads(difference) == {"identical": False, "records": 60, "records_differing": 1, "impacts_differing": 1,
+                                      "max_impact_delta": 5, "total_impact_delta": 5, "only_in_first": 0,
+                                      "only_in_second": 0}

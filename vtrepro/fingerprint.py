@@ -5,16 +5,21 @@ query), independent of how they are split into files, of file and line order and
 each record is hashed in a canonical form (terms sorted), and the record digests are hashed in
 the order of their ids' digests. Two folders with the same fingerprint hold the same vectors, so
 their index statistics and every score computed from them are equal, wherever they were made.
+
+``python -m vtrepro.fingerprint A [B]`` prints the fingerprint of A (an encoded corpus folder, a
+JSON-vector folder or file, e.g. ``queries.jsonl``) and, given B, how B's vectors differ from A's.
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from vtrepro.errors import VtreproError
+from vtrepro.errors import VtreproError, cli_entry
 from vtrepro.io import read_jsonl
 
 FINGERPRINT_VERSION = b"vtrepro.vectors/1\n"
@@ -62,12 +67,14 @@ def vector_files(folder: str | Path) -> list[Path]:
     return files
 
 
-def _checked_vector(path: Path, line: int, record: Mapping) -> tuple[str, Vector]:
-    """(id, vector) of one JSON-vector record, refusing what Anserini would silently change."""
+def _checked_vector(path: Path, line: int, record: Mapping, allow_empty: bool) -> tuple[str, Vector]:
+    """(id, vector) of one JSON-vector record, refusing what Anserini would silently change.
+
+    An empty vector is refused for documents (Anserini drops the document) unless ``allow_empty`` (queries)."""
     doc_id, vector = record.get("id"), record.get("vector")
     if not isinstance(doc_id, str) or not doc_id or any(char.isspace() for char in doc_id):
         raise VtreproError(f"{path}:{line}: 'id' must be a non-empty string without whitespace, got {doc_id!r}")
-    if not isinstance(vector, dict) or not vector:
+    if not isinstance(vector, dict) or not (vector or allow_empty):
         raise VtreproError(f"{path}:{line}: 'vector' must be a non-empty object {{term: integer impact}}")
     for term, impact in vector.items():
         if not term or any(char.isspace() for char in term):
@@ -78,11 +85,11 @@ def _checked_vector(path: Path, line: int, record: Mapping) -> tuple[str, Vector
     return doc_id, vector
 
 
-def read_vectors(files: list[Path] | Path) -> Iterator[tuple[Path, int, str, Vector]]:
+def read_vectors(files: list[Path] | Path, allow_empty: bool = False) -> Iterator[tuple[Path, int, str, Vector]]:
     """Yield ``(file, line, id, vector)`` of every record, each checked; one file or several."""
     for path in [files] if isinstance(files, Path) else files:
         for line, record in read_jsonl(path):
-            yield (path, line, *_checked_vector(path, line, record))
+            yield (path, line, *_checked_vector(path, line, record, allow_empty))
 
 
 def _record_digest(record_id: str, vector: Vector) -> bytes:
@@ -109,13 +116,13 @@ class _DuplicateId(Exception):
     """Two records share an id; the caller names them."""
 
 
-def fingerprint_files(files: list[Path] | Path) -> VectorSetSummary:
+def fingerprint_files(files: list[Path] | Path, allow_empty: bool = False) -> VectorSetSummary:
     """Fingerprint of the vectors in one JSON-vector file or several (ids unique across all)."""
     paths = [files] if isinstance(files, Path) else files
     try:
-        return _summarize(read_vectors(paths))
+        return _summarize(read_vectors(paths, allow_empty))
     except _DuplicateId:
-        raise _locate_duplicate(paths) from None
+        raise _locate_duplicate(paths, allow_empty) from None
 
 
 def fingerprint_folder(folder: str | Path) -> VectorSetSummary:
@@ -129,10 +136,10 @@ def fingerprint_vectors(vectors: Mapping[str, Vector]) -> VectorSetSummary:
     return _summarize(records)
 
 
-def _locate_duplicate(paths: list[Path]) -> VtreproError:
+def _locate_duplicate(paths: list[Path], allow_empty: bool) -> VtreproError:
     """Second pass, only after a duplicate was seen: name both places."""
     seen: dict[str, tuple[Path, int]] = {}
-    for path, line, record_id, _ in read_vectors(paths):
+    for path, line, record_id, _ in read_vectors(paths, allow_empty):
         if record_id in seen:
             first_path, first_line = seen[record_id]
             return VtreproError(f"{path}:{line}: duplicate id '{record_id}' (first at {first_path}:{first_line}); "
@@ -141,10 +148,10 @@ def _locate_duplicate(paths: list[Path]) -> VtreproError:
     return VtreproError(f"{', '.join(map(str, paths))}: duplicate ids")
 
 
-def load_vectors(files: list[Path] | Path) -> dict[str, Vector]:
+def load_vectors(files: list[Path] | Path, allow_empty: bool = False) -> dict[str, Vector]:
     """All vectors of the given files as ``{id: vector}`` (duplicates refused)."""
     vectors: dict[str, Vector] = {}
-    for path, line, record_id, vector in read_vectors(files):
+    for path, line, record_id, vector in read_vectors(files, allow_empty):
         if record_id in vectors:
             raise VtreproError(f"{path}:{line}: duplicate id '{record_id}'; remove one of them")
         vectors[record_id] = vector
@@ -170,3 +177,30 @@ def compare_vectors(first: Mapping[str, Vector], second: Mapping[str, Vector]) -
     total_delta += sum(sum(second[i].values()) for i in only_second) - sum(sum(first[i].values()) for i in only_first)
     return VectorDiff(len(first.keys() | second.keys()), records_differing, impacts_differing, max_delta,
                       total_delta, len(only_first), len(only_second))
+
+
+def _files(path: Path) -> list[Path]:
+    """The vector files of an encoded corpus folder (its ``vectors/``), a JSON-vector folder, or one file."""
+    if path.is_file():
+        return [path]
+    return vector_files(path / "vectors" if (path / "vectors").is_dir() else path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vtrepro.fingerprint", description=__doc__.splitlines()[0])
+    parser.add_argument("vectors", type=Path, help="encoded corpus folder, JSON-vector folder, or vector file")
+    parser.add_argument("other", type=Path, nargs="?", help="a second one: count the records and impacts that differ")
+    args = parser.parse_args(argv)
+    first = fingerprint_files(_files(args.vectors), allow_empty=True)
+    print(f"{first.sha256}  {first.count} records, total impact {first.total_impact}  {args.vectors}")
+    if args.other is None:
+        return 0
+    second = fingerprint_files(_files(args.other), allow_empty=True)
+    print(f"{second.sha256}  {second.count} records, total impact {second.total_impact}  {args.other}")
+    diff = compare_vectors(load_vectors(_files(args.vectors), True), load_vectors(_files(args.other), True))
+    print(json.dumps({"identical": diff.identical, **diff.__dict__}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli_entry(main)())
