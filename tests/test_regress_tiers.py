@@ -4,6 +4,7 @@ Runs the real pipeline (splade-tiny, Lucene, pytrec_eval) on a three-document co
 import io
 import json
 import re
+import shutil
 import tarfile
 
 import pytest
@@ -209,3 +210,22 @@ def test_a_vector_folder_with_a_duplicate_id_is_refused(recorded, tmp_path, caps
     shard = runs_folder_with(runs, folder, lambda lines: [*lines, lines[0]])
     assert run(spec, data, tmp_path / "runs", "--vectors", str(folder)) == 2
     one_line_error(capsys, f"{shard}:4", "duplicate id 'd1'")
+
+
+def test_a_spec_condition_can_name_encoded_vectors_instead_of_a_model(recorded, tmp_path, capsys):
+    spec, data, runs = recorded
+    source = runs / "mini_spec" / "tiny" / "mini"
+    entry = pinned(YAML().load(spec.read_text()))
+    shutil.copytree(source / "vectors", tmp_path / "collection")  # any JsonVectorCollection folder
+    shutil.copy(source / "queries.jsonl", tmp_path / "queries.jsonl")
+    published = tmp_path / "published.yaml"
+    published.write_text(
+        "defaults: {metrics: [ndcg@10]}\nconditions:\n  published:\n    datasets:\n      mini:\n"
+        "        encoded: {corpus: collection, queries: queries.jsonl}\n"
+        f"        vectors: {{corpus: {entry['vectors']['corpus']}, queries: {entry['vectors']['queries']}}}\n"
+        f"        scores: {{ndcg@10: {entry['scores']['ndcg@10']}}}\n")
+    assert run(published, data, tmp_path / "runs", "--dry-run") == 0
+    assert "encoded vectors" in capsys.readouterr().out
+    assert run(published, data, tmp_path / "runs", "--strict") == 0
+    rows = rows_of(tmp_path / "runs", "published")
+    assert rows["ndcg@10"]["status"] == "OK" and {row["tier"] for row in rows.values()} == {"fixed"}

@@ -486,6 +486,8 @@ def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], data
     for condition, dataset in selected:
         if condition.retrieval == "bm25":
             what = f"BM25 k1={condition.bm25['k1']} b={condition.bm25['b']}"
+        elif dataset.encoded:
+            what = f"encoded vectors {dataset.encoded.corpus} and {dataset.encoded.queries}"
         elif condition.train:
             what = _training_plan(condition.train, train_root)
         else:
