@@ -311,11 +311,15 @@ def test_two_processes_follow_the_single_process_trajectory(tmp_path, splade_tin
 
 @pytest.mark.slow
 def test_resume_after_kill_continues_the_same_run(tmp_path, splade_tiny, nfcorpus_triples) -> None:
-    # Dropout stays on (the model's 0.1): resuming must restore the random state too.
+    # Dropout stays on (the model's 0.1): resuming must restore the random state too. The rerun starts with
+    # another default thread count: it must continue with the checkpoint's (the recipe pins none), since a
+    # thread count change alone makes step 7 differ in the last bits (steps 5 and 6 still equal).
     config = write_recipe(tmp_path / "r.yaml", tiny_recipe(splade_tiny, nfcorpus_triples, steps=24, save_every=4))
-    subprocess.run(_train_command(config, tmp_path / "whole"), check=True, cwd=REPO, capture_output=True, timeout=300)
+    two, one = {**os.environ, "OMP_NUM_THREADS": "2"}, {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(_train_command(config, tmp_path / "whole"), check=True, cwd=REPO, capture_output=True, timeout=300,
+                   env=two)
     process = subprocess.Popen(_train_command(config, tmp_path / "cut"), cwd=REPO, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+                               stderr=subprocess.DEVNULL, env=two)
     deadline = time.monotonic() + 240
     log = tmp_path / "cut" / LOG_NAME
     while process.poll() is None and not ((tmp_path / "cut" / "checkpoint-000004").exists()
@@ -326,6 +330,7 @@ def test_resume_after_kill_continues_the_same_run(tmp_path, splade_tiny, nfcorpu
     process.wait()
     assert not (tmp_path / "cut" / "final").exists()
     resumed = subprocess.run(_train_command(config, tmp_path / "cut"), check=True, cwd=REPO, capture_output=True,
-                             text=True, timeout=300)
+                             text=True, timeout=300, env=one)
     assert "resuming from" in resumed.stderr
     assert losses_of(tmp_path / "cut") == losses_of(tmp_path / "whole")
+    assert json.loads((tmp_path / "cut" / "final" / "training_report.json").read_text())["cpu_threads"] == 2

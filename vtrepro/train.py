@@ -5,7 +5,7 @@ pipeline stages (vocabulary transfer, MLM adaptation, calibration), then trains,
 ``runs/train/<recipe name>/``::
 
     01-transfer/ 02-mlm/ ...         finished pipeline stages (HF folders), skipped on a rerun
-    checkpoint-000500/              HF folder + trainer_state.pt (optimizer, scheduler, step, RNG states)
+    checkpoint-000500/              HF folder + trainer_state.pt (optimizer, scheduler, step, RNG states, CPU threads)
     final/                          the trained model (HF folder, idf.json for inference-free models)
     train_log.jsonl, curves.png     per-step loss, FLOPS, active terms, learning rate
     data/                           mined BM25 negatives, IDF table
@@ -905,6 +905,8 @@ class Trainer:
             self.training["schedule"], self.training["lr_warmup_steps"], self.training["steps"]))
         self.step = 0
         torch.manual_seed(self.training["seed"] + processes.rank)
+        if processes.device.type == "cpu":
+            self._pin_cpu_threads()
         if self.state:
             self.optimizer.load_state_dict(self.state["optimizer"])
             self.scheduler.load_state_dict(self.state["scheduler"])
@@ -922,6 +924,18 @@ class Trainer:
 
             devices = [processes.device] if processes.device.type == "cuda" else None
             self.ddp = DistributedDataParallel(self.model, device_ids=devices)
+
+    def _pin_cpu_threads(self) -> None:
+        """Fix the CPU thread count for the whole run: the recipe's, else the resumed checkpoint's, else this
+        process's default. Float sums (so the last bits of every update) depend on it, and a fresh process's
+        default (cores, affinity, OMP_NUM_THREADS) need not be the interrupted run's; pinning also turns off
+        MKL's dynamic thread choice."""
+        saved = self.state.get("cpu_threads")
+        threads = self.training["cpu_threads"] or saved or torch.get_num_threads()
+        if saved and threads != saved and self.processes.main:
+            print(f"resuming a run trained with {saved} CPU threads with {threads} (training.cpu_threads): "
+                  "later steps will differ in their last bits", file=sys.stderr)
+        torch.set_num_threads(threads)
 
     def _load_model(self, start: str, model_dir) -> None:
         from vtrepro.models import load_masked_lm
@@ -1049,7 +1063,7 @@ class Trainer:
         if self.processes.main:
             state = {"step": self.step, "fingerprint": self.recipe.fingerprint(), "world": self.processes.world,
                      "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "rng": rng,
-                     "examples_seen": self.step * self.training["batch_size"]}
+                     "examples_seen": self.step * self.training["batch_size"], "cpu_threads": torch.get_num_threads()}
 
             def extra(folder: Path) -> None:
                 self._extra_files(folder)
