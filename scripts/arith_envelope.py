@@ -157,20 +157,27 @@ def run_stage(name: str, args: list[str], env: dict[str, str], folder: Path, cwd
     return result.stdout, round(time.perf_counter() - started, 1)
 
 
+def _same_run(earlier: dict[str, Any], config: dict[str, Any]) -> bool:
+    """Same path, dataset and package bytes (the commit label may differ)."""
+    return all(earlier.get(key) == config[key] for key in ("path", "dataset")) and \
+        earlier.get("source", {}).get("package_sha256") == config["source"]["package_sha256"]
+
+
 def run_path(path: ArithPath, dataset: str, work: Path, src: Path, source: dict[str, str], fresh: bool) -> dict[str, Any]:
     """Encode, index, search and evaluate one dataset under one path (reusing an identical earlier result)."""
     folder = work / dataset / path.key
     env = path_env(path, src)
     config = {"path": asdict(path), "dataset": dataset, "source": source}
-    result_file = folder / "path.json"
-    if not fresh and result_file.exists():
-        earlier = json.loads(result_file.read_text())
-        same = {key: earlier["config"][key] for key in ("path", "dataset")} == {"path": asdict(path), "dataset": dataset}
-        if same and earlier["config"]["source"]["package_sha256"] == source["package_sha256"]:
-            print(f"[{dataset} {path.key}] reusing {result_file}", file=sys.stderr)
-            return earlier
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
+    result_file, started_file = folder / "path.json", folder / "started.json"
+    same = lambda file: file.exists() and _same_run(json.loads(file.read_text()).get("config", {}), config)
+    if not fresh and same(result_file):
+        print(f"[{dataset} {path.key}] reusing {result_file}", file=sys.stderr)
+        return json.loads(result_file.read_text())
+    if fresh or not same(started_file):  # else an interrupted run of these settings: encode resumes its shards
+        shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    result_file.unlink(missing_ok=True)
+    started_file.write_text(json.dumps({"config": config}))
     info = probe(path, env, src)
     print(f"[{dataset} {path.key}] capability {info['capability']}, {info['threads']} threads", file=sys.stderr)
     encode = ["--model", MODEL, "--dataset", dataset, "--output", str(folder)]
