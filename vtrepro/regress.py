@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from vtrepro.bundle import BUNDLE_MANIFEST, QUERIES_NAME, corpus_folder, open_bundle, read_bundle_manifest, verify_runs
+from vtrepro.bundle import BUNDLE_MANIFEST, QUERIES_NAME, open_bundle, read_bundle_manifest, verify_runs
 from vtrepro.errors import EXIT_MISMATCH, EXIT_OK, VtreproError, cli_entry
 from vtrepro.fingerprint import (
     VectorDiff,
