@@ -16,6 +16,7 @@ too), 2 bad input.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform
 import shutil
@@ -318,7 +319,7 @@ class ConditionRunner:
         else:
             print(f"  using vectors from {encoded.corpus} and {encoded.queries}", file=sys.stderr, flush=True)
             query_vectors = read_query_vectors(encoded.queries)
-            corpus = fingerprint_folder(encoded.corpus)
+            corpus = cached_fingerprint(encoded.corpus)
         stats = build_impact_index(encoded.corpus, artifacts / "index", threads=1)
         if (stats["documents"], stats["total_terms"]) != (corpus.count, corpus.total_impact):
             raise VtreproError(f"{artifacts / 'index'}: holds {stats['documents']} documents and impact total "
@@ -367,6 +368,12 @@ def vector_sources(path: Path, runs: list[tuple[Condition, DatasetRun]], cache: 
     return sources
 
 
+@functools.lru_cache(maxsize=None)
+def cached_fingerprint(folder: Path) -> VectorSetSummary:
+    """Fingerprint of an already-encoded vector folder, read once per process: checked before any work, used after."""
+    return fingerprint_folder(folder)
+
+
 def check_encoded(encoded: EncodedVectors) -> None:
     """Read and check every vector of ``encoded`` (ids unique, integer impacts) before any work starts."""
     from vtrepro.search import read_query_vectors
@@ -374,7 +381,7 @@ def check_encoded(encoded: EncodedVectors) -> None:
     if encoded.queries.resolve() in {path.resolve() for path in vector_files(encoded.corpus)}:
         raise VtreproError(f"{encoded.queries}: the queries file lies in the corpus folder {encoded.corpus}, so it "
                            "would be indexed as documents; move it out of that folder")
-    fingerprint_folder(encoded.corpus)
+    cached_fingerprint(encoded.corpus)
     read_query_vectors(encoded.queries)
 
 
