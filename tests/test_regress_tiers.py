@@ -12,7 +12,7 @@ from ruamel.yaml import YAML
 
 from conftest import write_mini_beir
 from vtrepro.bundle import checksum_path
-from vtrepro.errors import cli_entry
+from vtrepro.cli import cli_entry
 from vtrepro.export import main as export_main
 from vtrepro.regress import main as regress_main
 

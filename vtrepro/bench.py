@@ -17,7 +17,8 @@ from typing import Callable, Sequence, TypeVar
 import numpy as np
 import torch
 
-from vtrepro.errors import EXIT_MISMATCH, EXIT_OK, VtreproError, cli_entry
+from vtrepro.cli import cli_entry
+from vtrepro.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
 from vtrepro.models import resolve_model
 
 SparseVector = tuple[np.ndarray, np.ndarray]

@@ -21,7 +21,8 @@ from torch import Tensor
 
 from vtrepro.datasets import load_dataset
 from vtrepro.encoder import SpladeEncoder
-from vtrepro.errors import VtreproError, cli_entry
+from vtrepro.cli import cli_entry
+from vtrepro.errors import VtreproError
 from vtrepro.io import read_jsonl
 from vtrepro.transfer import check_out, save_checkpoint
 

@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from vtrepro.errors import VtreproError, cli_entry
+from vtrepro.cli import cli_entry
+from vtrepro.errors import VtreproError
 from vtrepro.fingerprint import VectorSetSummary, fingerprint_folder
 from vtrepro.io import atomic_write, sha256_file, write_json
 from vtrepro.vectors import EMPTY_DOCUMENT_TERM, Quantization, escaped_vocabulary, to_impact_vector

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytrec_eval
 
-from vtrepro.errors import VtreproError, cli_entry
+from vtrepro.cli import cli_entry
+from vtrepro.errors import VtreproError
 from vtrepro.search import Run, read_trec_run
 
 DEFAULT_METRICS: tuple[str, ...] = ("ndcg@10", "recall@100", "recall@1000", "mrr@10")

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 from vtrepro.bundle import write_bundle
-from vtrepro.errors import VtreproError, cli_entry
+from vtrepro.cli import cli_entry
+from vtrepro.errors import VtreproError
 from vtrepro.regress import environment, selected_runs
 from vtrepro.spec import load_spec
 

@@ -13,7 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterable
 
-from vtrepro.errors import VtreproError, cli_entry
+from vtrepro.cli import cli_entry
+from vtrepro.errors import VtreproError
 from vtrepro.io import atomic_write
 from vtrepro.java import java_class
 

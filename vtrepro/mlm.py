@@ -17,7 +17,8 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from vtrepro.errors import VtreproError, cli_entry
+from vtrepro.cli import cli_entry
+from vtrepro.errors import VtreproError
 from vtrepro.models import load_masked_lm
 from vtrepro.training_data import dataset_or_file_texts, permutation
 from vtrepro.train import lr_factor

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from vtrepro.bundle import BUNDLE_MANIFEST, QUERIES_NAME, open_bundle, read_bundle_manifest, verify_runs
-from vtrepro.errors import EXIT_MISMATCH, EXIT_OK, VtreproError, cli_entry
+from vtrepro.cli import cli_entry
+from vtrepro.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
 from vtrepro.fingerprint import (
     VectorDiff,
     VectorSetSummary,

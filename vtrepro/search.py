@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
-from vtrepro.errors import VtreproError, cli_entry
+from vtrepro.cli import cli_entry
+from vtrepro.errors import VtreproError
 from vtrepro.io import atomic_write, read_jsonl
 from vtrepro.java import java_class
 

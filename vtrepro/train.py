@@ -40,7 +40,8 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from torch import Tensor, nn
 
 from vtrepro import losses
-from vtrepro.errors import VtreproError, cli_entry
+from vtrepro.cli import cli_entry
+from vtrepro.errors import VtreproError
 from vtrepro.io import atomic_write, read_jsonl, write_json
 from vtrepro.spec import read_yaml
 

@@ -45,7 +45,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from vtrepro.errors import VtreproError, cli_entry
+from vtrepro.cli import cli_entry
+from vtrepro.errors import VtreproError
 from vtrepro.io import write_json
 from vtrepro.models import load_masked_lm, resolve_model
 
