@@ -6,20 +6,22 @@ the same vectors (special tokens dropped). Exit status 1 when a weight differs b
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
 import numpy as np
-import torch
 
-from vtrepro.cli import cli_entry
+from vtrepro.cli import cli_entry, command_parser, non_negative_int, positive_int
 from vtrepro.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
-from vtrepro.models import resolve_model
+
+# torch and the encoders (transformers) are imported where they are used, on purpose: `--help` and
+# argument errors stay fast.
+if TYPE_CHECKING:
+    import torch
 
 SparseVector = tuple[np.ndarray, np.ndarray]
 T = TypeVar("T")
@@ -59,19 +61,18 @@ class Agreement:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vtrepro.bench", description=__doc__.splitlines()[0])
+    parser = command_parser("bench", __doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     encode = commands.add_parser("encode", help="document encoding throughput vs sentence-transformers SparseEncoder")
     encode.add_argument("--model", help="model folder (default: $VTREPRO_MODELS/splade-tiny)")
     encode.add_argument("--data-dir", help="data root holding beir/<dataset> (default: $VTREPRO_DATA)")
     encode.add_argument("--dataset", default="scifact", help="BEIR dataset name or folder (default scifact)")
-    encode.add_argument("--limit", type=int, default=500, help="first N documents; 0 for all (default 500)")
-    encode.add_argument("--batch-size", type=int, default=32)
-    encode.add_argument("--max-length", type=int, default=512)
-    encode.add_argument("--repeat", type=int, default=1, help="timed runs of each encoder, best kept (default 1)")
+    encode.add_argument("--limit", type=non_negative_int, default=500, help="first N documents; 0 for all (default 500)")
+    encode.add_argument("--batch-size", type=positive_int, default=32)
+    encode.add_argument("--max-length", type=positive_int, default=512)
+    encode.add_argument("--repeat", type=positive_int, default=1,
+                        help="timed runs of each encoder, best kept (default 1)")
     args = parser.parse_args(argv)
-    if args.limit < 0 or args.repeat < 1:
-        raise VtreproError("--limit must be >= 0 and --repeat >= 1")
     return bench_encode(_default_model(args.model), args.dataset, args.data_dir, args.limit,
                         args.batch_size, args.max_length, args.repeat)
 
@@ -83,6 +84,7 @@ def bench_encode(model: str, dataset: str, data_dir: str | None, limit: int, bat
 
     from vtrepro.datasets import load_dataset
     from vtrepro.encoder import SpladeEncoder
+    from vtrepro.models import resolve_model
 
     documents = load_dataset(dataset, data_dir).corpus()
     texts = [document.contents for document in (documents[:limit] if limit else documents)]
@@ -180,6 +182,8 @@ def _default_model(model: str | None) -> str:
 
 
 def _machine() -> str:
+    import torch
+
     return (f"machine: {os.cpu_count()} cores ({_cpu_model()}), torch {torch.__version__} with "
             f"{torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.2f} at start")
 

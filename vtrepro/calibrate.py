@@ -14,17 +14,21 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import torch
-from torch import Tensor
-
+from vtrepro.cli import cli_entry, command_parser, non_negative_int, positive_float, positive_int
 from vtrepro.datasets import load_dataset
-from vtrepro.encoder import SpladeEncoder
-from vtrepro.cli import cli_entry
 from vtrepro.errors import VtreproError
 from vtrepro.io import read_jsonl
 from vtrepro.transfer import check_out, save_checkpoint
+
+# torch and the encoder (transformers) are imported where they are used, on purpose: `--help` and
+# argument errors stay fast.
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+    from vtrepro.encoder import SpladeEncoder
 
 REPORT_NAME = "calibration_report.json"
 DEFAULT_CUT_PERCENT = 60.0
@@ -37,6 +41,8 @@ FLOAT16_PATTERNS = 1 << 16
 
 def sample_texts(texts: Sequence[str], max_sample: int, seed: int = 0) -> list[str]:
     """All texts, or a seeded sample of ``max_sample`` of them in their original order."""
+    import torch
+
     if len(texts) <= max_sample:
         return list(texts)
     chosen = torch.randperm(len(texts), generator=torch.Generator().manual_seed(seed))[:max_sample]
@@ -45,11 +51,15 @@ def sample_texts(texts: Sequence[str], max_sample: int, seed: int = 0) -> list[s
 
 def term_ids(encoder: SpladeEncoder) -> Tensor:
     """Vocabulary ids that count as terms: every tokenizer id except special tokens."""
+    import torch
+
     return torch.tensor([index for index in range(len(encoder.tokenizer)) if index not in encoder.special_ids])
 
 
 def pooled_logits(encoder: SpladeEncoder, texts: Sequence[str], kind: str = "doc") -> Tensor:
     """``(len(texts), terms)`` float16 max-pooled logits over the non-special vocabulary."""
+    import torch
+
     columns = term_ids(encoder)
     pooled = torch.empty(len(texts), len(columns), dtype=torch.float16)
     for start in range(0, len(texts), ENCODE_BATCH):
@@ -64,6 +74,8 @@ def _chunks(logits: Tensor) -> list[Tensor]:
 
 def value_counts(logits: Tensor) -> tuple[Tensor, Tensor]:
     """Distinct finite float16 values of ``logits`` (ascending, as float32) and how often each occurs."""
+    import torch
+
     counts = torch.zeros(FLOAT16_PATTERNS, dtype=torch.long)
     for chunk in _chunks(logits):
         counts += torch.bincount(chunk.view(torch.int16).flatten().long() + FLOAT16_PATTERNS // 2,
@@ -78,6 +90,8 @@ def value_counts(logits: Tensor) -> tuple[Tensor, Tensor]:
 
 def threshold_for_cut(logits: Tensor, cut_percent: float) -> float:
     """The ``cut_percent`` quantile of all document x term entries: entries above it stay positive."""
+    import torch
+
     values, counts = value_counts(logits)
     at_or_below = counts.cumsum(0)
     index = int(torch.searchsorted(at_or_below, torch.tensor(cut_percent / 100 * logits.numel())))
@@ -98,6 +112,8 @@ def activity(logits: Tensor, threshold: float, query_logits: Tensor | None = Non
     FLOPS is ``sum_t p_d(t)^2`` (``p_d(t)``: share of documents where t is active), or
     ``sum_t p_q(t) p_d(t)`` with query logits.
     """
+    import torch
+
     active, frequency = [], torch.zeros(logits.shape[1], dtype=torch.long)
     for chunk in _chunks(logits):
         mask = chunk > threshold
@@ -134,6 +150,8 @@ def calibrate_bias(
     document x term entries are positive. ``target_terms``: the delta whose mean number of active
     terms per document is closest to it. Special tokens are never counted.
     """
+    from vtrepro.encoder import SpladeEncoder
+
     if (cut_percent is None) == (target_terms is None):
         raise VtreproError("give exactly one of --cut-percent and --target-terms")
     if cut_percent is not None and not 0 < cut_percent < 100:
@@ -173,6 +191,8 @@ def calibrate_bias(
 
 def shift_bias(model: torch.nn.Module, delta: float) -> None:
     """Add ``delta`` to the decoder bias (in place; a bias shared with the head moves with it)."""
+    import torch
+
     bias = model.get_output_embeddings().bias
     if bias is None:
         raise VtreproError("the model's vocabulary projection has no bias to shift")
@@ -212,6 +232,8 @@ def run_calibration(
     model_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Calibrate ``model`` on a corpus and save the shifted checkpoint with its report to ``out``."""
+    from vtrepro.encoder import SpladeEncoder
+
     if (dataset is None) == (corpus is None):
         raise VtreproError("give exactly one of --dataset and --corpus")
     if docs < 1:
@@ -230,25 +252,36 @@ def run_calibration(
     return report
 
 
+def cut_percent(text: str) -> float:
+    """An argparse type: a percentage strictly between 0 and 100."""
+    value = positive_float(text)
+    if value >= 100:
+        raise argparse.ArgumentTypeError(f"expected a percentage between 0 and 100 (exclusive), got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m vtrepro.calibrate", description=__doc__.split("\n")[0])
+    parser = command_parser("calibrate", __doc__)
     parser.add_argument("--model", required=True, help="SPLADE / masked-LM checkpoint (folder or Hub id)")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--dataset", help="BEIR dataset name or folder (e.g. scifact)")
     source.add_argument("--corpus", type=Path, help="corpus JSONL with 'text' (and optional 'title') fields")
     parser.add_argument("--data-dir", default=None, help="data root holding beir/<dataset> (else $VTREPRO_DATA)")
-    parser.add_argument("--docs", type=int, default=DEFAULT_DOCS,
+    parser.add_argument("--docs", type=positive_int, default=DEFAULT_DOCS,
                         help="calibrate on the first N documents (default: %(default)s)")
     target = parser.add_mutually_exclusive_group()
-    target.add_argument("--cut-percent", type=float, default=None,
-                        help=f"share of document x term entries pushed to <= 0 (default: {DEFAULT_CUT_PERCENT:g})")
-    target.add_argument("--target-terms", type=float, default=None, help="mean active terms per document to reach")
-    parser.add_argument("--max-length", type=int, default=512, help="document max length in tokens (default: 512)")
-    parser.add_argument("--max-sample", type=int, default=DEFAULT_MAX_SAMPLE,
+    target.add_argument("--cut-percent", type=cut_percent, default=None,
+                        help=f"share of document x term entries pushed to <= 0, between 0 and 100 "
+                             f"(default: {DEFAULT_CUT_PERCENT:g})")
+    target.add_argument("--target-terms", type=positive_float, default=None,
+                        help="mean active terms per document to reach")
+    parser.add_argument("--max-length", type=positive_int, default=512,
+                        help="document max length in tokens (default: 512)")
+    parser.add_argument("--max-sample", type=positive_int, default=DEFAULT_MAX_SAMPLE,
                         help="documents encoded at most (a seeded sample; float16 logits, %(default)s x 30k ~ 0.6 GB)")
     parser.add_argument("--queries", type=Path, default=None, help="queries JSONL ('text') for query-side FLOPS")
-    parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default: 32)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the document sample (default: 0)")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="texts per forward pass (default: 32)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of the document sample (default: 0)")
     parser.add_argument("--model-dir", default=None, help="folder of local models for Hub ids (else $VTREPRO_MODELS)")
     parser.add_argument("--out", required=True, type=Path, help="output folder (must not exist or be empty)")
     return parser

@@ -12,17 +12,18 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import torch
-from torch import Tensor
-
-from vtrepro.cli import cli_entry
+from vtrepro.cli import cli_entry, command_parser, non_negative_int, positive_float, positive_int
 from vtrepro.errors import VtreproError
-from vtrepro.models import load_masked_lm
 from vtrepro.training_data import dataset_or_file_texts, permutation
-from vtrepro.train import lr_factor
 from vtrepro.transfer import check_out, save_checkpoint
+
+# torch, the model loader (transformers) and the trainer are imported where they are used, on
+# purpose: `--help` and argument errors stay fast.
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
 
 REPORT_NAME = "mlm_report.json"
 RANDOM_SHARE = 0.1
@@ -33,6 +34,8 @@ def mask_tokens(input_ids: Tensor, special: Tensor, mask_rate: float, mask_id: i
                 generator: torch.Generator) -> tuple[Tensor, Tensor]:
     """(masked inputs, labels): ``mask_rate`` of the non-special tokens are selected; 80% of those become
     ``mask_id``, 10% a random token, 10% stay. Labels are -100 except at selected positions."""
+    import torch
+
     selected = (torch.rand(input_ids.shape, generator=generator) < mask_rate) & ~special
     labels = torch.where(selected, input_ids, torch.full_like(input_ids, -100))
     draw = torch.rand(input_ids.shape, generator=generator)
@@ -48,7 +51,10 @@ def train_mlm(model: Any, tokenizer: Any, texts: Sequence[str], steps: int, mask
               weight_decay: float = 0.01, precision: str = "fp32", seed: int = 0, show_progress: bool = True,
               ) -> list[float]:
     """Train ``model`` in place for ``steps`` batches of ``texts``; returns the loss of every step."""
+    import torch
     from tqdm.auto import tqdm
+
+    from vtrepro.train import lr_factor
 
     if tokenizer.mask_token_id is None:
         raise VtreproError("the tokenizer has no mask token: MLM training needs one")
@@ -103,6 +109,8 @@ def run_mlm(
     trust_remote_code: bool = False,
 ) -> dict[str, Any]:
     """Adapt ``model`` on a BEIR corpus or a corpus file and save it with ``mlm_report.json`` to ``out``."""
+    from vtrepro.models import load_masked_lm
+
     if (dataset is None) == (corpus is None):
         raise VtreproError("give exactly one of --dataset and --corpus")
     if steps < 1 or batch_size < 1 or max_length < 8 or not 0 < mask_rate <= 1:
@@ -128,22 +136,34 @@ def run_mlm(
     return report
 
 
+def mask_rate(text: str) -> float:
+    """An argparse type: a share in (0, 1]."""
+    value = positive_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"expected a share in (0, 1], got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m vtrepro.mlm", description=__doc__.split("\n")[0])
+    parser = command_parser("mlm", __doc__)
     parser.add_argument("--model", required=True, help="masked-LM checkpoint (folder or Hub id)")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--dataset", help="BEIR dataset name or folder whose corpus is the training text")
     source.add_argument("--corpus", type=Path, help="corpus file: JSONL ('text', optional 'title') or id<TAB>text TSV")
     parser.add_argument("--out", required=True, type=Path, help="output folder (must not exist or be empty)")
-    parser.add_argument("--steps", type=int, default=1000, help="optimizer steps (default: %(default)s)")
-    parser.add_argument("--mask-rate", type=float, default=0.15, help="share of tokens masked (default: %(default)s)")
-    parser.add_argument("--max-length", type=int, default=128, help="tokens per text (default: %(default)s)")
-    parser.add_argument("--lr", type=float, default=5e-5, help="peak learning rate (default: %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=32, help="texts per step (default: %(default)s)")
-    parser.add_argument("--warmup-steps", type=int, default=0, help="linear warm-up steps (default: %(default)s)")
+    parser.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps (default: %(default)s)")
+    parser.add_argument("--mask-rate", type=mask_rate, default=0.15,
+                        help="share of tokens masked, in (0, 1] (default: %(default)s)")
+    parser.add_argument("--max-length", type=positive_int, default=128,
+                        help="tokens per text, at least 8 (default: %(default)s)")
+    parser.add_argument("--lr", type=positive_float, default=5e-5, help="peak learning rate (default: %(default)s)")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="texts per step (default: %(default)s)")
+    parser.add_argument("--warmup-steps", type=non_negative_int, default=0,
+                        help="linear warm-up steps (default: %(default)s)")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="autocast precision")
-    parser.add_argument("--seed", type=int, default=0, help="seed of text order and masks (default: %(default)s)")
-    parser.add_argument("--max-texts", type=int, default=None, help="use only the first N texts of the corpus")
+    parser.add_argument("--seed", type=non_negative_int, default=0,
+                        help="seed of text order and masks (default: %(default)s)")
+    parser.add_argument("--max-texts", type=positive_int, default=None, help="use only the first N texts of the corpus")
     parser.add_argument("--data-dir", default=None, help="data root holding beir/<dataset> (else $VTREPRO_DATA)")
     parser.add_argument("--model-dir", default=None, help="folder of local models for Hub ids (else $VTREPRO_MODELS)")
     parser.add_argument("--trust-remote-code", action="store_true", help="allow the model's own code to run")

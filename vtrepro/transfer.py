@@ -29,26 +29,18 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-import torch
-import torch.nn.functional as F
-from tokenizers import Tokenizer
-from torch import Tensor
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForMaskedLM,
-    AutoTokenizer,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-    PreTrainedTokenizerFast,
-)
-
-from vtrepro.cli import cli_entry
+from vtrepro.cli import cli_entry, command_parser, non_negative_int, positive_float, positive_int
 from vtrepro.errors import VtreproError
 from vtrepro.io import write_json
-from vtrepro.models import load_masked_lm, resolve_model
+
+# torch, transformers and tokenizers are imported where they are used, on purpose: `--help`, argument
+# errors and the spec and recipe loaders (which import INITS and SIMILARITIES) stay fast.
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+    from torch import Tensor
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 INITS = ("topology", "subword-mean", "mean", "random")
 SIMILARITIES = ("cosine", "zscore", "pmi")
@@ -314,6 +306,8 @@ def _sparsemax_threshold(ordered: Tensor) -> tuple[Tensor, Tensor]:
 
     A sorted prefix is enough when it is longer than the support.
     """
+    import torch
+
     cumulative = ordered.cumsum(dim=-1) - 1
     ranks = torch.arange(1, ordered.shape[-1] + 1, dtype=ordered.dtype, device=ordered.device)
     support = (ranks * ordered > cumulative).sum(dim=-1, keepdim=True)
@@ -337,6 +331,8 @@ def sparse_sparsemax(scores: Tensor, candidates: int = 256) -> tuple[Tensor, Ten
     Sorts only the top ``candidates`` scores per row (doubling them while some support fills
     them), which gives the same result as :func:`sparsemax` without sorting whole rows.
     """
+    import torch
+
     width = min(candidates, scores.shape[-1])
     while True:
         top, columns = scores.topk(width, dim=-1)
@@ -370,6 +366,9 @@ def topology_weights(
     ``pmi`` subtracts ``log p(j)``, the mean over new tokens of ``softmax(cos/T)``, from the logits
     (one extra pass), down-weighting overlap tokens that are close to everything.
     """
+    import torch
+    import torch.nn.functional as F
+
     unit = F.normalize(reference.float(), dim=-1)
     keys = unit[overlap]
     chunks = [new[start:start + chunk_size] for start in range(0, len(new), chunk_size)]
@@ -393,6 +392,8 @@ def topology_weights(
 
 
 def _sparse(rows: list[int], columns: list[int], values: list[float], shape: tuple[int, int]) -> Tensor:
+    import torch
+
     indices = torch.tensor([rows, columns], dtype=torch.long)
     return torch.sparse_coo_tensor(indices, torch.tensor(values), shape, check_invariants=False)
 
@@ -400,6 +401,8 @@ def _sparse(rows: list[int], columns: list[int], values: list[float], shape: tup
 def combine_rows(weights: Tensor, table: Tensor, keep_norm: bool) -> Tensor:
     """``weights @ table`` (sparse weights summing to 1 per row); with ``keep_norm`` each result is
     rescaled to the weighted mean norm of the rows it combines."""
+    import torch
+
     combined = torch.sparse.mm(weights, table)
     if keep_norm:
         norms = torch.sparse.mm(weights, table.norm(dim=1, keepdim=True))
@@ -632,6 +635,8 @@ def _initialize_new(
     config: Any,
 ) -> dict[str, Any]:
     """Fill the rows of ``match.new`` in every table (in place) with the chosen initializer."""
+    import torch
+
     overlap, new = match.overlap, match.new
     report: dict[str, Any] = {}
     if init == "topology":
@@ -662,6 +667,8 @@ def _initialize_new(
 
 def install_vocabulary(model: PreTrainedModel, tables: dict[str, Tensor], roles: dict[str, int]) -> None:
     """Resize ``model`` to the tables' vocabulary, copy the rows in and point the config's token ids at ``roles``."""
+    import torch
+
     old_pad = model.config.pad_token_id
     shared_before = _sharing(model)
     model.resize_token_embeddings(tables["embeddings"].shape[0], mean_resizing=False)
@@ -693,6 +700,8 @@ def _unshare_new_ties(model: PreTrainedModel, before: dict[str, int]) -> None:
     It ties an untied BERT's ``decoder.bias`` to ``cls.predictions.bias``; saved once, that bias
     would then be missing when the untied checkpoint is loaded.
     """
+    import torch
+
     owners: dict[int, str] = {}
     retie = []
     for name, param in model.named_parameters(remove_duplicate=False):
@@ -706,6 +715,8 @@ def _unshare_new_ties(model: PreTrainedModel, before: dict[str, int]) -> None:
 
 def _move_padding(model: PreTrainedModel, old_pad: int, new_pad: int) -> None:
     """Follow a new pad id, keeping RoBERTa-style positions (which start at ``pad + 1``) unchanged."""
+    import torch
+
     for module in model.modules():
         if getattr(module, "padding_idx", None) != old_pad:
             continue
@@ -726,6 +737,11 @@ def load_tokenizer(name_or_path: str | Path, model_dir: str | Path | None = None
     A ``tokenizer.json`` is wrapped in PreTrainedTokenizerFast(tokenizer_file=...), with the roles of
     well-known special tokens ([CLS], <s>, ...) set from their names.
     """
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    from vtrepro.models import resolve_model
+
     file = Path(str(name_or_path)).expanduser()
     folder = Path(resolve_model(name_or_path, model_dir))
     try:
@@ -755,6 +771,11 @@ def load_reference(
     name_or_path: str | Path, target_tokenizer: PreTrainedTokenizerBase, model_dir: str | Path | None = None
 ) -> tuple[Tensor, Tensor | None]:
     """Input embeddings of a model on the target vocabulary, and its MLM decoder bias when it has one."""
+    import torch
+    from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
+
+    from vtrepro.models import resolve_model
+
     path = resolve_model(name_or_path, model_dir)
     try:
         config = AutoConfig.from_pretrained(path)
@@ -837,6 +858,8 @@ def run_transfer(
     ``leaveout={"fraction": f, "seed": s}`` first removes a seeded share of the source's tokens
     (:func:`make_leaveout_source`, the leave-out experiment); the report lists the held-out tokens.
     """
+    from vtrepro.models import load_masked_lm, resolve_model
+
     _check_options(init, temperature, similarity, chunk_size)
     check_out(out)
     held_out: list[str] = []
@@ -863,6 +886,9 @@ def run_transfer(
 
 def _restricted_tokenizer(tokenizer: PreTrainedTokenizerBase, kept: list[str]) -> PreTrainedTokenizerBase:
     """The same WordPiece tokenizer over ``kept`` tokens only, with new contiguous ids."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
     spec = json.loads(_backend(tokenizer).to_str())
     vocab = {token: index for index, token in enumerate(kept)}
     spec["model"]["vocab"] = vocab
@@ -891,6 +917,10 @@ def make_leaveout_source(
     Special tokens, ``[unused*]``, single characters and ``##`` + one character are always kept.
     Returns the smaller model (rows gathered, new contiguous ids), its tokenizer and the held-out tokens.
     """
+    import torch
+
+    from vtrepro.models import load_masked_lm
+
     model, tokenizer = load_masked_lm(model_path)
     tokens = [token for token, _ in sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])]
     skip = special_ids(tokenizer)
@@ -908,8 +938,16 @@ def make_leaveout_source(
 # ---------------------------------------------------------------------------- command line
 
 
+def leaveout_fraction(text: str) -> float:
+    """An argparse type: a share strictly between 0 and 1."""
+    value = positive_float(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction between 0 and 1 (exclusive), got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m vtrepro.transfer", description=__doc__.split("\n")[0])
+    parser = command_parser("transfer", __doc__)
     parser.add_argument("--source", required=True, help="masked-LM checkpoint (folder or Hub id)")
     parser.add_argument("--target-tokenizer", default=DEFAULT_TARGET,
                         help="tokenizer folder, Hub id or tokenizer.json (default: %(default)s)")
@@ -919,37 +957,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--init", choices=INITS, default="topology",
                         help="initializer of target tokens without a source match (default: %(default)s)")
     parser.add_argument("--out", required=True, type=Path, help="output folder (must not exist or be empty)")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sparsemax temperature (default: 1.0)")
+    parser.add_argument("--temperature", type=positive_float, default=1.0,
+                        help="sparsemax temperature, > 0 (default: 1.0)")
     parser.add_argument("--similarity", choices=SIMILARITIES, default="cosine",
                         help="topology scores: cosine, per-token z-scored cosine, or cosine minus log prior "
                              "(default: %(default)s)")
     parser.add_argument("--target-norm", action="store_true",
                         help="rescale rows and bias so the mean overlap-row norm equals the reference's")
-    parser.add_argument("--seed", type=int, default=0, help="seed of --init random (default: 0)")
-    parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of --init random (default: 0)")
+    parser.add_argument("--chunk-size", type=positive_int, default=DEFAULT_CHUNK_SIZE,
                         help="target tokens per similarity chunk (default: %(default)s)")
     parser.add_argument("--model-dir", default=None, help="folder of local models for Hub ids (else $VTREPRO_MODELS)")
-    parser.add_argument("--leaveout", type=float, default=None, metavar="FRACTION",
-                        help="leave-out experiment: first remove this seeded share of the source's ordinary "
-                             "WordPiece tokens, then transfer back onto the target")
-    parser.add_argument("--leaveout-seed", type=int, default=0, help="seed of --leaveout (default: 0)")
+    parser.add_argument("--leaveout", type=leaveout_fraction, default=None, metavar="FRACTION",
+                        help="leave-out experiment: first remove this seeded share (0 < FRACTION < 1) of the "
+                             "source's ordinary WordPiece tokens, then transfer back onto the target")
+    parser.add_argument("--leaveout-seed", type=non_negative_int, default=0, help="seed of --leaveout (default: 0)")
     return parser
-
-
-def _leaveout(fraction: float | None, seed: int) -> dict[str, Any] | None:
-    if fraction is None:
-        return None
-    if not 0 < fraction < 1:
-        raise VtreproError(f"--leaveout must be a fraction between 0 and 1, got {fraction}")
-    return {"fraction": fraction, "seed": seed}
 
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    leaveout = None if args.leaveout is None else {"fraction": args.leaveout, "seed": args.leaveout_seed}
     report = run_transfer(args.source, args.target_tokenizer, args.reference, args.init, args.out,
                           args.temperature, args.similarity, args.target_norm, args.seed, args.chunk_size,
-                          args.model_dir, _leaveout(args.leaveout, args.leaveout_seed))
+                          args.model_dir, leaveout)
     counts = report["counts"]
     print(f"{args.out}: {report['vocabulary']['source']} -> {report['vocabulary']['target']} tokens "
           f"(exact {counts['exact']}, merged {counts['merged']}, new {counts['new']}, special {counts['special']}) "
