@@ -7,18 +7,21 @@ writes observed values back as the expected ones, keeping the file's comments an
 from __future__ import annotations
 
 import io
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.scalarbool import ScalarBoolean
 
 from vtrepro.errors import VtreproError
 from vtrepro.evaluate import DEFAULT_METRICS, _parse_metric
 from vtrepro.io import atomic_write
-from vtrepro.vectors import Quantization
+from vtrepro.transfer import INITS, SIMILARITIES
+from vtrepro.vectors import ROUNDINGS, Quantization
 
 REGRESSIONS_DIR = Path(__file__).resolve().parent.parent / "regressions"
 INDEX_STATS = ("documents", "total_terms")
@@ -150,6 +153,46 @@ def _read_document(path: Path) -> CommentedMap:
     return document
 
 
+def is_boolean(value: Any) -> bool:
+    """Whether a YAML value is a real boolean: ``true``/``false``, not ``yes``, ``no``, ``"true"`` or 1."""
+    return isinstance(value, (bool, ScalarBoolean))
+
+
+def bounds_text(minimum: float | None = None, maximum: float | None = None,
+                above: float | None = None, below: float | None = None) -> str:
+    """Bounds in words: ``>= 1``, ``> 0``, ``in [0, 1]``, ``in (0, 1)``; '' when unbounded."""
+    low = f"{minimum:g}" if minimum is not None else f"{above:g}" if above is not None else None
+    high = f"{maximum:g}" if maximum is not None else f"{below:g}" if below is not None else None
+    if low is not None and high is not None:
+        return f"in {'[' if minimum is not None else '('}{low}, {high}{']' if maximum is not None else ')'}"
+    if low is not None:
+        return f"{'>=' if minimum is not None else '>'} {low}"
+    if high is not None:
+        return f"{'<=' if maximum is not None else '<'} {high}"
+    return ""
+
+
+def within(value: float, minimum: float | None = None, maximum: float | None = None,
+           above: float | None = None, below: float | None = None) -> bool:
+    """Whether a finite ``value`` lies within the bounds (``minimum``/``maximum`` inclusive, ``above``/``below`` not)."""
+    return (math.isfinite(value) and (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
+            and (above is None or value > above) and (below is None or value < below))
+
+
+def metric_problem(metric: Any) -> str | None:
+    """What is wrong with a metric name such as ``ndcg@10``, or None."""
+    if not isinstance(metric, str):
+        return f"metric {metric!r} must be a name@k string such as ndcg@10"
+    name, _, cutoff = metric.partition("@")
+    if cutoff.lstrip("-").isdigit() and int(cutoff) < 1:
+        return f"metric '{metric}' has cutoff {cutoff}; the cutoff k must be >= 1, e.g. {name}@10"
+    try:
+        _parse_metric(metric)
+    except VtreproError as error:
+        return str(error)
+    return None
+
+
 class _Checker:
     """Validation helpers that name the file and line of the offending node."""
 
@@ -157,12 +200,13 @@ class _Checker:
         self.path = path
 
     def fail(self, node: Any, key: Any, message: str) -> VtreproError:
-        line = ""
-        if isinstance(node, CommentedMap) and key in node:
-            line = f":{node.lc.key(key)[0] + 1}"
-        elif hasattr(node, "lc"):
-            line = f":{node.lc.line + 1}"
-        return VtreproError(f"{self.path}{line}: {message}")
+        """An error at ``node[key]``'s line (a mapping key or a list index), else at ``node``'s."""
+        line = getattr(getattr(node, "lc", None), "line", None)
+        if isinstance(node, CommentedMap) and key in node.lc.data:  # keys merged from an anchor have no line here
+            line = node.lc.key(key)[0]
+        elif isinstance(node, CommentedSeq) and isinstance(key, int) and key < len(node):
+            line = node.lc.item(key)[0]
+        return VtreproError(f"{self.path}{'' if line is None else f':{line + 1}'}: {message}")
 
     def mapping(self, parent: Any, key: Any, allowed: set[str], where: str) -> CommentedMap:
         node = parent[key] if key is not None else parent
@@ -175,17 +219,50 @@ class _Checker:
                 raise self.fail(node, name, f"unknown key '{name}' in {where}; expected one of {', '.join(sorted(allowed))}")
         return node
 
-    def number(self, node: CommentedMap, key: str, where: str, kind: type = float, allow_none: bool = False):
+    def number(self, node: CommentedMap, key: str, where: str, kind: type = float, allow_none: bool = False,
+               minimum: float | None = None, maximum: float | None = None,
+               above: float | None = None, below: float | None = None):
+        """``node[key]`` as an int or float within the bounds (None when allowed and empty)."""
         value = node.get(key)
         if value is None and allow_none:
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
-            raise self.fail(node, key, f"{where}.{key} must be a{'n integer' if kind is int else ' number'}, got {value!r}")
+        numeric = isinstance(value, int if kind is int else (int, float)) and not is_boolean(value)
+        if not numeric or not within(value, minimum, maximum, above, below):
+            bounds = bounds_text(minimum, maximum, above, below)
+            expected = ("an integer" if kind is int else "a number") + (f" {bounds}" if bounds else "")
+            raise self.fail(node, key, f"{where}.{key} must be {expected}, got {value!r}")
         return kind(value)
 
+    def integer(self, node: CommentedMap, key: str, where: str, minimum: int | None = None,
+                allow_none: bool = False) -> int | None:
+        return self.number(node, key, where, int, allow_none, minimum=minimum)
+
+    def boolean(self, node: CommentedMap, key: str, where: str) -> bool:
+        value = node[key]
+        if not is_boolean(value):
+            raise self.fail(node, key, f"{where}.{key} must be true or false, got {value!r}; "
+                                       "use true or false (unquoted; yes/no/on/off are strings)")
+        return bool(value)
+
+    def choice(self, node: CommentedMap, key: str, where: str, choices: Sequence[str]) -> str:
+        value = node[key]
+        if value not in choices:
+            raise self.fail(node, key, f"{where}.{key} must be one of {', '.join(choices)}, got {value!r}")
+        return str(value)
+
+    def text(self, node: CommentedMap, key: str, where: str, allow_none: bool = False) -> str | None:
+        value = node[key]
+        if value is None and allow_none:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            raise self.fail(node, key, f"{where}.{key} must be a non-empty string, got {value!r}")
+        return str(value)
+
     def metric_values(self, parent: CommentedMap, key: str, metrics: tuple[str, ...], where: str, allow_none: bool):
+        """Metric -> value in [0, 1] (None when allowed), for the spec's metrics only."""
         node = self.mapping(parent, key, set(metrics), where) if key in parent else CommentedMap()
-        return {metric: self.number(node, metric, where, allow_none=allow_none) for metric in node}
+        return {metric: self.number(node, metric, where, allow_none=allow_none, minimum=0, maximum=1)
+                for metric in node}
 
 
 def load_spec(spec: str | Path) -> Spec:
@@ -195,14 +272,14 @@ def load_spec(spec: str | Path) -> Spec:
     check = _Checker(path)
     check.mapping(document, None, _SPEC_KEYS, "the spec")
     defaults = check.mapping(document, "defaults", _DEFAULT_KEYS, "defaults") if "defaults" in document else CommentedMap()
-    metrics = tuple(defaults.get("metrics") or DEFAULT_METRICS)
-    for metric in metrics:
-        try:
-            _parse_metric(metric)
-        except VtreproError as error:
-            raise check.fail(defaults, "metrics", str(error)) from None
-    k = check.number(defaults, "k", "defaults", int) if "k" in defaults else 1000
-    split = str(defaults.get("split", "test"))
+    metrics = _load_metrics(check, defaults)
+    k = check.integer(defaults, "k", "defaults", minimum=1) if "k" in defaults else 1000
+    deepest = max(metrics, key=lambda metric: _parse_metric(metric)[1])
+    if _parse_metric(deepest)[1] > k:
+        raise check.fail(defaults, "k" if "k" in defaults else "metrics",
+                         f"defaults.k is {k} but {deepest} needs {_parse_metric(deepest)[1]} hits per query; "
+                         "raise k or lower the cutoff")
+    split = check.text(defaults, "split", "defaults") if "split" in defaults else "test"
     tolerance = _load_tolerance(check, defaults, "defaults", Tolerance())
     if not isinstance(document.get("conditions"), CommentedMap) or not document["conditions"]:
         raise check.fail(document, "conditions", "'conditions' must map condition names to their settings")
@@ -211,6 +288,21 @@ def load_spec(spec: str | Path) -> Spec:
         for name in document["conditions"]
     ]
     return Spec(path, path.stem, str(document.get("description", "")), k, metrics, conditions)
+
+
+def _load_metrics(check: _Checker, defaults: CommentedMap) -> tuple[str, ...]:
+    if "metrics" not in defaults:
+        return DEFAULT_METRICS
+    node = defaults["metrics"]
+    if not isinstance(node, CommentedSeq) or not node:
+        raise check.fail(defaults, "metrics", "defaults.metrics must be a non-empty list, e.g. [ndcg@10, recall@100]")
+    for index, metric in enumerate(node):
+        problem = metric_problem(metric)
+        if problem is None and metric in node[:index]:
+            problem = f"metric '{metric}' is listed twice; remove one"
+        if problem is not None:
+            raise check.fail(node, index, f"defaults.metrics: {problem}")
+    return tuple(str(metric) for metric in node)
 
 
 def _load_condition(check: _Checker, parent: CommentedMap, name: str, metrics, split: str,
@@ -233,39 +325,41 @@ def _load_condition(check: _Checker, parent: CommentedMap, name: str, metrics, s
         raise check.fail(node, "calibrate", f"{where}: a 'train' recipe calibrates in its own stages; remove 'calibrate'")
     condition = Condition(name=name, retrieval=retrieval, datasets=[], description=str(node.get("description", "")),
                           tolerance=_load_tolerance(check, node, where, tolerance))
-    condition.model = node.get("model")
+    if "model" in node:
+        condition.model = check.text(node, "model", where)
     if "train" in node:
         if not isinstance(node["train"], str):
             raise check.fail(node, "train", f"{where}.train must be a recipe file or a name in regressions/recipes/")
         condition.train = node["train"]
-    condition.trust_remote_code = bool(node.get("trust_remote_code", False))
-    condition.query_encoder = str(node.get("query_encoder", "model"))
-    if condition.query_encoder not in ("model", "idf"):
-        raise check.fail(node, "query_encoder", f"{where}.query_encoder must be 'model' or 'idf', got {condition.query_encoder!r}")
+    if "trust_remote_code" in node:
+        condition.trust_remote_code = check.boolean(node, "trust_remote_code", where)
+    if "query_encoder" in node:
+        condition.query_encoder = check.choice(node, "query_encoder", where, ("model", "idf"))
     if "bm25" in node:
         bm25 = check.mapping(node, "bm25", {"k1", "b"}, f"{where}.bm25")
-        condition.bm25 = {key: check.number(bm25, key, f"{where}.bm25") for key in ("k1", "b") if key in bm25} | {
-            key: value for key, value in condition.bm25.items() if key not in bm25
-        }
+        bounds = {"k1": {"minimum": 0}, "b": {"minimum": 0, "maximum": 1}}
+        condition.bm25 = {**condition.bm25, **{key: check.number(bm25, key, f"{where}.bm25", **bounds[key])
+                                               for key in bm25}}
     if "encoder" in node:
         encoder = check.mapping(node, "encoder", _ENCODER_KEYS, f"{where}.encoder")
-        condition.encoder = EncoderSettings(**{key: check.number(encoder, key, f"{where}.encoder", int) for key in encoder})
+        condition.encoder = EncoderSettings(**{key: check.integer(encoder, key, f"{where}.encoder", minimum=1)
+                                               for key in encoder})
     if "quantization" in node:
         quantization = check.mapping(node, "quantization", {"scale", "rounding"}, f"{where}.quantization")
-        try:
-            condition.quantization = Quantization(
-                scale=check.number(quantization, "scale", f"{where}.quantization") if "scale" in quantization else 100.0,
-                rounding=str(quantization.get("rounding", "half-even")),
-            )
-        except VtreproError as error:
-            raise check.fail(node, "quantization", str(error)) from None
+        condition.quantization = Quantization(
+            scale=check.number(quantization, "scale", f"{where}.quantization", above=0)
+            if "scale" in quantization else 100.0,
+            rounding=check.choice(quantization, "rounding", f"{where}.quantization", ROUNDINGS)
+            if "rounding" in quantization else "half-even",
+        )
     if "transfer" in node:
         condition.transfer = _load_transfer(check, node, f"{where}.transfer")
     if "calibrate" in node:
         condition.calibrate = _load_calibrate(check, node, f"{where}.calibrate")
-    condition.reference_source = node.get("reference_source")
+    if "reference_source" in node:
+        condition.reference_source = check.text(node, "reference_source", where)
     if "reference_tolerance" in node:
-        condition.reference_tolerance = check.number(node, "reference_tolerance", where)
+        condition.reference_tolerance = check.number(node, "reference_tolerance", where, minimum=0)
     condition.reference_average = check.metric_values(node, "reference_average", metrics, f"{where}.reference_average", False)
     datasets = node.get("datasets")
     if not isinstance(datasets, CommentedMap) or not datasets:
@@ -280,10 +374,11 @@ def _load_condition(check: _Checker, parent: CommentedMap, name: str, metrics, s
         condition.datasets.append(
             DatasetRun(
                 name=str(dataset),
-                split=str(entry.get("split", split)),
+                split=check.text(entry, "split", dataset_where) if "split" in entry else split,
                 scores=check.metric_values(entry, "scores", metrics, f"{dataset_where}.scores", True),
                 reference=check.metric_values(entry, "reference", metrics, f"{dataset_where}.reference", False),
-                index={key: check.number(index, key, f"{dataset_where}.index", int, allow_none=True) for key in index},
+                index={key: check.integer(index, key, f"{dataset_where}.index", minimum=0, allow_none=True)
+                       for key in index},
                 vectors=_load_fingerprints(check, entry, f"{dataset_where}.vectors"),
                 encoded=_load_encoded(check, entry, f"{dataset_where}.encoded"),
             )
@@ -295,11 +390,7 @@ def _load_tolerance(check: _Checker, parent: CommentedMap, where: str, inherited
     if "tolerance" not in parent:
         return inherited
     node = check.mapping(parent, "tolerance", _TOLERANCE_KEYS, f"{where}.tolerance")
-    values = {key: check.number(node, key, f"{where}.tolerance") for key in node}
-    for key, value in values.items():
-        if value < 0:
-            raise check.fail(node, key, f"{where}.tolerance.{key} must be >= 0, got {value}")
-    return replace(inherited, **values)
+    return replace(inherited, **{key: check.number(node, key, f"{where}.tolerance", minimum=0) for key in node})
 
 
 def _load_fingerprints(check: _Checker, parent: CommentedMap, where: str) -> dict[str, str | None]:
@@ -334,35 +425,47 @@ def _load_encoded(check: _Checker, parent: CommentedMap, where: str) -> EncodedV
 
 
 def _load_transfer(check: _Checker, parent: CommentedMap, where: str) -> dict[str, Any]:
+    """The transfer settings given (``python -m vtrepro.transfer`` keywords), each checked."""
     node = check.mapping(parent, "transfer", _TRANSFER_KEYS, where)
     if not node.get("source"):
         raise check.fail(parent, "transfer", f"{where} needs 'source': the masked-LM checkpoint to transfer")
-    settings: dict[str, Any] = {key: node[key] for key in node if key != "leaveout"}
-    for key in ("temperature",):
-        if key in node:
-            settings[key] = check.number(node, key, where)
-    if "seed" in node:
-        settings["seed"] = check.number(node, "seed", where, int)
-    if "leaveout" in node:
-        leaveout = check.mapping(node, "leaveout", _LEAVEOUT_KEYS, f"{where}.leaveout")
-        settings["leaveout"] = {
-            "fraction": check.number(leaveout, "fraction", f"{where}.leaveout") if "fraction" in leaveout else 0.1,
-            "seed": check.number(leaveout, "seed", f"{where}.leaveout", int) if "seed" in leaveout else 0,
-        }
-    return settings
+    readers = {
+        "source": lambda key: check.text(node, key, where),
+        "target_tokenizer": lambda key: check.text(node, key, where),
+        "reference": lambda key: check.text(node, key, where, allow_none=True),
+        "init": lambda key: check.choice(node, key, where, INITS),
+        "temperature": lambda key: check.number(node, key, where, above=0),
+        "similarity": lambda key: check.choice(node, key, where, SIMILARITIES),
+        "target_norm": lambda key: check.boolean(node, key, where),
+        "seed": lambda key: check.integer(node, key, where, minimum=0),
+        "leaveout": lambda key: _load_leaveout(check, node, f"{where}.leaveout"),
+    }
+    return {key: readers[key](key) for key in node}
+
+
+def _load_leaveout(check: _Checker, parent: CommentedMap, where: str) -> dict[str, Any]:
+    node = check.mapping(parent, "leaveout", _LEAVEOUT_KEYS, where)
+    return {
+        "fraction": check.number(node, "fraction", where, above=0, below=1) if "fraction" in node else 0.1,
+        "seed": check.integer(node, "seed", where, minimum=0) if "seed" in node else 0,
+    }
 
 
 def _load_calibrate(check: _Checker, parent: CommentedMap, where: str) -> dict[str, Any]:
+    """The calibration settings given (``python -m vtrepro.calibrate`` keywords), each checked."""
     node = check.mapping(parent, "calibrate", _CALIBRATE_KEYS, where)
     if not node.get("dataset"):
         raise check.fail(parent, "calibrate", f"{where} needs 'dataset': the calibration corpus")
     if "cut_percent" in node and "target_terms" in node:
         raise check.fail(node, "target_terms", f"{where}: give cut_percent or target_terms, not both")
-    settings: dict[str, Any] = {"dataset": str(node["dataset"])}
-    for key, kind in (("docs", int), ("cut_percent", float), ("target_terms", float), ("max_length", int)):
-        if key in node:
-            settings[key] = check.number(node, key, where, kind)
-    return settings
+    readers = {
+        "dataset": lambda key: check.text(node, key, where),
+        "docs": lambda key: check.integer(node, key, where, minimum=1),
+        "cut_percent": lambda key: check.number(node, key, where, above=0, below=100),
+        "target_terms": lambda key: check.number(node, key, where, above=0),
+        "max_length": lambda key: check.integer(node, key, where, minimum=1),
+    }
+    return {key: readers[key](key) for key in node}
 
 
 def record_observed(path: Path, observed: dict[tuple[str, str], dict[str, Any]]) -> None:
