@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from vtrepro.errors import VtreproError
-from vtrepro.io import atomic_write, open_text, read_jsonl
+from vtrepro.io import atomic_write, read_jsonl, read_lines, unsafe_character
 
 CQADUPSTACK_FORESTS: tuple[str, ...] = (
     "android", "english", "gaming", "gis", "mathematica", "physics",
@@ -243,6 +243,15 @@ def _id_field(record: dict[str, Any], path: Path, line: int) -> str:
         return str(value)
     if not isinstance(value, str) or not value:
         raise VtreproError(f"{path}:{line}: '_id' (or 'id') must be a non-empty string or integer, got {value!r}")
+    return _checked_id(value, path, line)
+
+
+def _checked_id(value: str, path: Path, line: int) -> str:
+    """An id Anserini and TREC run files carry unchanged: no whitespace, no control characters."""
+    char = unsafe_character(value)
+    if char is not None:
+        raise VtreproError(f"{path}:{line}: id {value!r} holds {char!r}; ids must not contain whitespace or control "
+                           "characters (Anserini and TREC run files would split them): rename it")
     return value
 
 
@@ -257,22 +266,21 @@ def _text_field(record: dict[str, Any], key: str, path: Path, line: int, require
 
 def _qrels_rows(path: Path) -> Iterator[tuple[int, str, str, int]]:
     """Yield ``(line, query_id, doc_id, score)``; a first line whose score is not an integer is the header."""
-    with open_text(path) as handle:
-        for line_number, line in enumerate(handle, start=1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            fields = [field.strip() for field in line.split("\t")]
-            if len(fields) == 1 and len(line.split()) == 4:  # TREC qrels: qid iteration docid score
-                fields = [line.split()[0], *line.split()[2:]]
-            score = _int_or_none(fields[2]) if len(fields) == 3 else None
-            if score is not None and fields[0] and fields[1]:
-                yield line_number, fields[0], fields[1], score
-            elif not (line_number == 1 and len(fields) == 3 and score is None):
-                raise VtreproError(
-                    f"{path}:{line_number}: expected 'query-id<TAB>corpus-id<TAB>score' with an integer "
-                    f"score, got {line!r:.80}; fix or remove that line"
-                )
+    for line_number, line in read_lines(path):
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        fields = [field.strip() for field in line.split("\t")]
+        if len(fields) == 1 and len(line.split()) == 4:  # TREC qrels: qid iteration docid score
+            fields = [line.split()[0], *line.split()[2:]]
+        score = _int_or_none(fields[2]) if len(fields) == 3 else None
+        if score is not None and fields[0] and fields[1]:
+            yield line_number, _checked_id(fields[0], path, line_number), _checked_id(fields[1], path, line_number), score
+        elif not (line_number == 1 and len(fields) == 3 and score is None):
+            raise VtreproError(
+                f"{path}:{line_number}: expected 'query-id<TAB>corpus-id<TAB>score' with an integer "
+                f"score, got {line!r:.80}; fix or remove that line"
+            )
 
 
 def _int_or_none(text: str) -> int | None:

@@ -7,14 +7,13 @@ how Pyserini's published BEIR figures are computed.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 import pytrec_eval
 
-from vtrepro.cli import cli_entry
+from vtrepro.cli import cli_entry, command_parser
 from vtrepro.errors import VtreproError
 from vtrepro.search import Run, read_trec_run
 
@@ -25,9 +24,9 @@ RANDOMIZATION_SAMPLES = 10_000
 
 def _parse_metric(metric: str) -> tuple[str, int]:
     name, _, cutoff = metric.partition("@")
-    if name not in (*_TREC_MEASURES, "mrr") or not cutoff.isdigit():
+    if name not in (*_TREC_MEASURES, "mrr") or not cutoff.isdigit() or int(cutoff) < 1:
         raise VtreproError(
-            f"unknown metric '{metric}': use name@k with name one of ndcg, recall, precision, map, mrr"
+            f"unknown metric '{metric}': use name@k with k >= 1 and name one of ndcg, recall, precision, map, mrr"
         )
     return name, int(cutoff)
 
@@ -105,7 +104,7 @@ def compare_runs(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vtrepro.evaluate", description=__doc__.splitlines()[0])
+    parser = command_parser("evaluate", __doc__)
     parser.add_argument("--run", required=True, type=Path, help="TREC run file")
     judgements = parser.add_mutually_exclusive_group(required=True)
     judgements.add_argument("--qrels", type=Path, help="qrels file (BEIR TSV with header, or TREC 4-column)")
@@ -117,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="second TREC run: compare per query (difference, wins/losses, paired t-test and "
                              "randomization-test p-values)")
     args = parser.parse_args(argv)
+    metrics = tuple(args.metrics.split(","))
+    for metric in metrics:
+        _parse_metric(metric)
 
     if args.qrels:
         from vtrepro.datasets import read_qrels
@@ -126,7 +128,6 @@ def main(argv: list[str] | None = None) -> int:
         from vtrepro.datasets import load_dataset
 
         qrels = load_dataset(args.dataset, args.data_dir).qrels(args.split)
-    metrics = tuple(args.metrics.split(","))
     if args.baseline:
         scores = compare_runs(read_trec_run(args.run), read_trec_run(args.baseline), qrels, metrics)
     else:

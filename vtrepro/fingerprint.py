@@ -21,7 +21,7 @@ from typing import Iterator, Mapping
 
 from vtrepro.cli import cli_entry
 from vtrepro.errors import VtreproError
-from vtrepro.io import read_jsonl
+from vtrepro.io import read_jsonl, unsafe_character
 
 FINGERPRINT_VERSION = b"vtrepro.vectors/1\n"
 MAX_IMPACT = 2**31 - 1
@@ -73,13 +73,18 @@ def _checked_vector(path: Path, line: int, record: Mapping, allow_empty: bool) -
 
     An empty vector is refused for documents (Anserini drops the document) unless ``allow_empty`` (queries)."""
     doc_id, vector = record.get("id"), record.get("vector")
-    if not isinstance(doc_id, str) or not doc_id or any(char.isspace() for char in doc_id):
-        raise VtreproError(f"{path}:{line}: 'id' must be a non-empty string without whitespace, got {doc_id!r}")
+    if not isinstance(doc_id, str) or not doc_id or unsafe_character(doc_id):
+        raise VtreproError(f"{path}:{line}: 'id' must be a non-empty string without whitespace or control "
+                           f"characters, got {doc_id!r}; fix the id")
+    if not isinstance(record.get("contents", ""), str):
+        raise VtreproError(f"{path}:{line}: 'contents' must be a string, got {record['contents']!r:.40}")
     if not isinstance(vector, dict) or not (vector or allow_empty):
-        raise VtreproError(f"{path}:{line}: 'vector' must be a non-empty object {{term: integer impact}}")
+        raise VtreproError(f"{path}:{line}: 'vector' must be a non-empty object {{term: integer impact}} "
+                           "(Anserini drops a document without terms)")
     for term, impact in vector.items():
-        if not term or any(char.isspace() for char in term):
-            raise VtreproError(f"{path}:{line}: term {term!r} is empty or holds whitespace; Anserini would split it")
+        if not term or unsafe_character(term):
+            raise VtreproError(f"{path}:{line}: term {term!r} is empty or holds whitespace or control characters; "
+                               "Anserini would split or drop it (python -m vtrepro.encode escapes such terms)")
         if isinstance(impact, bool) or not isinstance(impact, int) or not 0 < impact <= MAX_IMPACT:
             raise VtreproError(f"{path}:{line}: impact {impact!r} of term {term!r} must be an integer in "
                                f"1..{MAX_IMPACT}; quantize the weights (python -m vtrepro.encode does)")

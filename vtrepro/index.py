@@ -5,27 +5,34 @@
 """
 from __future__ import annotations
 
-import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Iterable
 
-from vtrepro.cli import cli_entry
+from vtrepro.cli import cli_entry, command_parser, positive_int
 from vtrepro.errors import VtreproError
+from vtrepro.fingerprint import VectorSetSummary, fingerprint_files, vector_files
 from vtrepro.io import atomic_write
-from vtrepro.java import java_class
+from vtrepro.java import java_class, start_jvm
+from vtrepro.progress import Progress
 
 
-def _run_indexer(collection: str, input_dir: Path, index_dir: Path, threads: int, extra: list[str]) -> None:
-    """Index into a temporary folder beside ``index_dir`` and move it into place when complete."""
-    index_dir = Path(index_dir)
-    if index_dir.exists():
-        shutil.rmtree(index_dir)
+def _run_indexer(collection: str, input_dir: Path, index_dir: Path, threads: int, extra: list[str],
+                 documents: int, total_terms: int | None = None) -> dict[str, int]:
+    """Index into a folder beside ``index_dir``, check it, then swap it into place; returns its stats.
+
+    The index must hold exactly ``documents`` (and ``total_terms``, when given): Anserini skips what
+    it cannot parse and goes on, so a shortfall is an error. On any failure an existing index at
+    ``index_dir`` is left as it was.
+    """
+    _check_replaceable(index_dir)
     index_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.", dir=index_dir.parent))
+    staging = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.", suffix=".building", dir=index_dir.parent))
     try:
         args = [
             "-collection", collection,
@@ -36,40 +43,121 @@ def _run_indexer(collection: str, input_dir: Path, index_dir: Path, threads: int
             "-quiet",
             *extra,
         ]
-        java_class("io.anserini.index.IndexCollection").main(args)
-        staging.rename(index_dir)
+        counters = _index_with_progress(args, documents)
+        stats = index_stats(staging)
+        dropped = {name: counters[name] for name in ("empty", "unindexable", "skipped", "errors") if counters[name]}
+        expected = {"documents": documents, **({"total_terms": total_terms} if total_terms is not None else {})}
+        found = {key: stats[key] for key in expected}
+        if dropped or found != expected:
+            raise VtreproError(f"{input_dir}: Anserini indexed {found} but the input holds {expected}"
+                               f"{f' ({dropped} documents dropped)' if dropped else ''}; "
+                               f"the previous index at {index_dir} is kept")
+        _swap_into_place(staging, index_dir)
+        return stats
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def build_impact_index(vectors_dir: str | Path, index_dir: str | Path, threads: int = 1) -> dict[str, int]:
+def _index_with_progress(args: list[str], documents: int) -> dict[str, int]:
+    """Run Anserini's IndexCollection, following its document counter from a second thread."""
+    start_jvm()
+    import jnius  # only once the JVM is started with Anserini's classpath
+
+    array_list = java_class("java.util.ArrayList")()
+    for arg in args:
+        array_list.add(arg)
+    options = java_class("io.anserini.index.IndexCollection$Args")()
+    java_class("org.kohsuke.args4j.CmdLineParser")(options).parseArgument(array_list)
+    indexer = java_class("io.anserini.index.IndexCollection")(options)
+    counters = indexer.getCounters()
+    finished = threading.Event()
+    with Progress(documents, "index", "docs") as progress:
+        def follow() -> None:
+            try:
+                while not finished.wait(0.5):
+                    progress.update(counters.indexed.get() - progress.done)
+            finally:
+                jnius.detach()
+
+        follower = threading.Thread(target=follow, daemon=True)
+        follower.start()
+        try:
+            indexer.run()
+        except jnius.JavaException as error:
+            raise VtreproError(f"{args[3]}: Anserini failed to index it ({str(error).splitlines()[0]})") from None
+        finally:
+            finished.set()
+            follower.join()
+        progress.update(counters.indexed.get() - progress.done)
+    return {name: int(getattr(counters, name).get()) for name in ("indexed", "empty", "unindexable", "skipped", "errors")}
+
+
+def _check_replaceable(index_dir: Path) -> None:
+    """An existing ``index_dir`` may be replaced only when it is a Lucene index (or an empty folder)."""
+    if index_dir.is_file():
+        raise VtreproError(f"{index_dir}: is a file; choose another --index folder")
+    if index_dir.is_dir() and any(index_dir.iterdir()) and not is_lucene_index(index_dir):
+        raise VtreproError(f"{index_dir}: exists and is not a Lucene index; refusing to replace it: "
+                           "remove it or choose another --index folder")
+
+
+def _swap_into_place(staging: Path, index_dir: Path) -> None:
+    """Rename ``staging`` to ``index_dir``; an old index there is removed only once the new one is in place."""
+    if not index_dir.exists():
+        staging.rename(index_dir)
+        return
+    old = index_dir.with_name(f".{index_dir.name}.old-{os.getpid()}")
+    index_dir.rename(old)
+    try:
+        staging.rename(index_dir)
+    except OSError:
+        old.rename(index_dir)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def is_lucene_index(folder: str | Path) -> bool:
+    """Whether ``folder`` holds a Lucene index (a ``segments_N`` file)."""
+    return any(Path(folder).glob("segments_*"))
+
+
+def build_impact_index(vectors_dir: str | Path, index_dir: str | Path, threads: int = 1,
+                       expected: VectorSetSummary | None = None) -> dict[str, int]:
     """Impact index (``-impact -pretokenized``) of a JsonVectorCollection folder; returns its stats.
 
-    One thread keeps Lucene's internal document order equal to the collection's, so tied scores
-    at the top-k boundary are resolved the same way on every run.
+    Every record is checked first (:mod:`vtrepro.fingerprint`: what Anserini would silently change
+    is refused) unless ``expected`` already summarizes the folder's checked vectors; only the
+    vector files are given to Anserini (never hidden temporary files), and the index must hold
+    exactly their documents and impact total. One thread keeps Lucene's internal document order
+    equal to the collection's, so tied scores at the top-k boundary are resolved the same way on every run.
     """
-    vectors_dir = Path(vectors_dir)
-    if not any(vectors_dir.glob("*.jsonl")):
-        raise VtreproError(f"{vectors_dir}: no *.jsonl vector files to index; run 'python -m vtrepro.encode' first")
-    _run_indexer("JsonVectorCollection", vectors_dir, Path(index_dir), threads, ["-impact", "-pretokenized"])
-    return index_stats(index_dir)
+    files = vector_files(vectors_dir)
+    expected = expected or fingerprint_files(files)
+    index_dir = Path(index_dir)
+    index_dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".vectors.", dir=index_dir.parent) as linked:
+        for path in files:
+            os.symlink(path.resolve(), Path(linked) / path.name)
+        return _run_indexer("JsonVectorCollection", Path(linked), index_dir, threads, ["-impact", "-pretokenized"],
+                            expected.count, expected.total_impact)
 
 
 def build_bm25_index(documents: Iterable[tuple[str, str]], index_dir: str | Path, threads: int = 1) -> dict[str, int]:
     """BM25 index (Anserini's default analyzer) of ``(doc_id, contents)`` pairs; returns its stats."""
     index_dir = Path(index_dir)
     index_dir.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
     with tempfile.TemporaryDirectory(prefix=".bm25-input.", dir=index_dir.parent) as collection_dir:
         with atomic_write(Path(collection_dir) / "docs.jsonl") as handle:
             for doc_id, contents in documents:
                 handle.write(json.dumps({"id": doc_id, "contents": contents}, ensure_ascii=False) + "\n")
-        _run_indexer("JsonCollection", Path(collection_dir), index_dir, threads, ["-storeRaw"])
-    return index_stats(index_dir)
+                count += 1
+        return _run_indexer("JsonCollection", Path(collection_dir), index_dir, threads, ["-storeRaw"], count)
 
 
 def index_stats(index_dir: str | Path) -> dict[str, int]:
     """Anserini's index statistics: documents, non_empty_documents, unique_terms, total_terms."""
-    if not (Path(index_dir) / "segments_1").exists() and not any(Path(index_dir).glob("segments_*")):
+    if not is_lucene_index(index_dir):
         raise VtreproError(f"{index_dir}: not a Lucene index; build it with 'python -m vtrepro.index'")
     utils = java_class("io.anserini.index.IndexReaderUtils")
     reader = utils.getReader(str(index_dir))
@@ -81,30 +169,36 @@ def index_stats(index_dir: str | Path) -> dict[str, int]:
 
 
 def check_against_manifest(stats: dict[str, int], manifest: dict) -> None:
-    """The index must hold exactly the manifest's documents and total impact."""
+    """Vectors (or their index) must hold exactly the manifest's documents and total impact."""
     expected = {"documents": manifest["documents"], "total_terms": manifest["total_terms"]}
     for key, value in expected.items():
         if stats[key] != value:
             raise VtreproError(
-                f"index has {key}={stats[key]} but the encoded corpus manifest says {value}: "
-                "the vectors folder changed or indexing dropped documents; re-encode and re-index"
+                f"found {key}={stats[key]} but the encoded corpus manifest says {value}: "
+                "the vectors folder changed since encoding; re-encode"
             )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vtrepro.index", description=__doc__.splitlines()[0])
+    parser = command_parser("index", __doc__)
     parser.add_argument("--vectors", required=True, type=Path,
                         help="encoded corpus folder (with manifest.json) or a folder of JsonVectorCollection *.jsonl")
-    parser.add_argument("--index", required=True, type=Path, help="output index folder (replaced if present)")
-    parser.add_argument("--threads", type=int, default=1, help="indexing threads (1 keeps runs tie-stable)")
+    parser.add_argument("--index", required=True, type=Path,
+                        help="output index folder (an existing index is replaced once the new one is complete)")
+    parser.add_argument("--threads", type=positive_int, default=1, help="indexing threads (1 keeps runs tie-stable)")
     args = parser.parse_args(argv)
 
-    from vtrepro.encode import load_manifest, vectors_folder
+    from vtrepro.encode import MANIFEST_NAME, load_manifest, vectors_folder
 
     manifest = load_manifest(args.vectors)
-    stats = build_impact_index(vectors_folder(args.vectors), args.index, args.threads)
+    folder = vectors_folder(args.vectors)
+    summary = fingerprint_files(vector_files(folder))
     if manifest is not None:
-        check_against_manifest(stats, manifest)
+        if not manifest.get("complete"):
+            raise VtreproError(f"{args.vectors / MANIFEST_NAME}: the encoding is not finished; "
+                               "rerun the same 'python -m vtrepro.encode' command to complete it")
+        check_against_manifest({"documents": summary.count, "total_terms": summary.total_impact}, manifest)
+    stats = build_impact_index(folder, args.index, args.threads, expected=summary)
     print(json.dumps(stats))
     return 0
 

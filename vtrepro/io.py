@@ -7,6 +7,8 @@ import hashlib
 import json
 import os
 import tempfile
+import unicodedata
+import zlib
 from pathlib import Path
 from typing import IO, Any, Iterator
 
@@ -52,24 +54,77 @@ def open_text(path: str | Path) -> IO[str]:
     return open(path, encoding="utf-8")
 
 
-def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line_number, object)`` for each non-blank line; a bad line is a one-line error."""
+def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)`` of a UTF-8 (optionally gzipped) file; bad UTF-8 is an error naming the line."""
     path = Path(path)
     if not path.is_file():
         raise VtreproError(f"{path}: file not found")
-    with open_text(path) as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise VtreproError(
-                    f"{path}:{line_number}: not valid JSON ({error.msg}); fix or remove that line"
-                ) from None
-            if not isinstance(record, dict):
-                raise VtreproError(f"{path}:{line_number}: expected a JSON object, got {type(record).__name__}")
-            yield line_number, record
+    line_number = 0
+    try:
+        with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as handle:
+            for line_number, raw in enumerate(handle, start=1):
+                yield line_number, _decoded(raw, path, line_number)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+        raise VtreproError(f"{path}:{line_number + 1}: corrupt or truncated gzip data ({error}); "
+                           "download or compress the file again") from None
+
+
+def _decoded(raw: bytes, path: Path, line_number: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise VtreproError(
+            f"{path}:{line_number}: not valid UTF-8 (byte 0x{raw[error.start]:02x} at column {error.start + 1}); "
+            "re-save the file as UTF-8"
+        ) from None
+
+
+def unsafe_character(text: str) -> str | None:
+    """The first whitespace or control character in an id or term (Anserini would split or mangle it), or None."""
+    for char in text:
+        if char.isspace() or unicodedata.category(char) in ("Cc", "Cs"):
+            return char
+    return None
+
+
+def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, object)`` for each non-blank line; a bad line is a one-line error."""
+    path = Path(path)
+    for line_number, line in read_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise VtreproError(
+                f"{path}:{line_number}: not valid JSON ({error.msg}); fix or remove that line"
+            ) from None
+        if not isinstance(record, dict):
+            raise VtreproError(f"{path}:{line_number}: expected a JSON object, got {type(record).__name__}")
+        yield line_number, record
+
+
+def check_output_file(path: str | Path) -> Path:
+    """Fail before any work when ``path`` cannot be written as a file: it is a folder, or its folder is not writable."""
+    path = Path(path)
+    if path.is_dir():
+        raise VtreproError(f"{path}: is a folder; give a file path for the output")
+    check_output_folder(path.parent)
+    return path
+
+
+def check_output_folder(folder: str | Path) -> Path:
+    """Create ``folder`` if needed and fail before any work when nothing can be written in it."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise VtreproError(f"{folder}: is a file, not a folder; choose another output path")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise VtreproError(f"{folder}: cannot write here ({error.strerror}); choose another output path") from None
+    return folder
 
 
 def sha256_file(path: str | Path) -> str:

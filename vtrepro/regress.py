@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from vtrepro.bundle import BUNDLE_MANIFEST, QUERIES_NAME, open_bundle, read_bundle_manifest, verify_runs
-from vtrepro.cli import cli_entry
+from vtrepro.cli import cli_entry, command_parser, os_error_message, positive_int
 from vtrepro.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
 from vtrepro.fingerprint import (
     VectorDiff,
@@ -39,11 +39,11 @@ from vtrepro.fingerprint import (
     load_vectors,
     vector_files,
 )
-from vtrepro.io import atomic_write, write_json
+from vtrepro.io import atomic_write, check_output_folder, write_json
 from vtrepro.spec import Condition, DatasetRun, EncodedVectors, Spec, load_spec, record_observed
 
 STATUS_OK, STATUS_OKISH, STATUS_FAIL = "OK", "OKISH", "FAIL"
-STATUS_UNPINNED, STATUS_SKIPPED = "UNPINNED", "SKIPPED"
+STATUS_UNPINNED, STATUS_SKIPPED, STATUS_ERROR = "UNPINNED", "SKIPPED", "ERROR"
 TIER_FIXED, TIER_ENCODED, TIER_PUBLISHED = "fixed", "encoded", "published"
 
 
@@ -321,11 +321,7 @@ class ConditionRunner:
             print(f"  using vectors from {encoded.corpus} and {encoded.queries}", file=sys.stderr, flush=True)
             query_vectors = read_query_vectors(encoded.queries)
             corpus = cached_fingerprint(encoded.corpus)
-        stats = build_impact_index(encoded.corpus, artifacts / "index", threads=1)
-        if (stats["documents"], stats["total_terms"]) != (corpus.count, corpus.total_impact):
-            raise VtreproError(f"{artifacts / 'index'}: holds {stats['documents']} documents and impact total "
-                               f"{stats['total_terms']}, but the vectors in {encoded.corpus} have {corpus.count} and "
-                               f"{corpus.total_impact}; the folder changed while indexing or holds other files")
+        stats = build_impact_index(encoded.corpus, artifacts / "index", threads=1, expected=corpus)
         run = search_impact(artifacts / "index", query_vectors, self.spec.k, self.threads)
         return run, stats, {"corpus": corpus, "queries": fingerprint_vectors(query_vectors)}, encoded
 
@@ -441,18 +437,21 @@ def environment() -> dict[str, str]:
             **versions}
 
 
-def write_report(spec: Spec, rows: list[ResultRow], timings: dict[str, float], out_dir: Path, argv: list[str]) -> None:
+def write_report(spec: Spec, rows: list[ResultRow], timings: dict[str, float], out_dir: Path, argv: list[str],
+                 interrupted: bool = False) -> None:
+    """``results.json`` and ``report.md`` in ``out_dir``, each replaced only once completely written."""
     write_json(out_dir / "results.json", {
-        "spec": str(spec.path), "environment": environment(), "timings_seconds": timings,
+        "spec": str(spec.path), "environment": environment(), "timings_seconds": timings, "interrupted": interrupted,
         "rows": [asdict(row) for row in rows],
     })
-    failed = sum(row.status in (STATUS_FAIL, STATUS_UNPINNED) for row in rows)
+    failed = sum(row.status in (STATUS_FAIL, STATUS_UNPINNED, STATUS_ERROR) for row in rows)
     okish = sum(row.status == STATUS_OKISH for row in rows)
     with atomic_write(out_dir / "report.md") as handle:
         handle.write(f"# Regression report: {spec.name}\n\n{spec.description}\n\n")
         handle.write(f"Command: `python -m vtrepro.regress {' '.join(argv)}`\n\n")
         handle.write("Environment: " + ", ".join(f"{k} {v}" for k, v in environment().items()) + "\n\n")
         verdict = f"{failed} row(s) not OK" if failed else ("all OK" if not okish else f"OK, {okish} row(s) OKISH")
+        verdict += " (interrupted: only the runs listed finished)" if interrupted else ""
         handle.write(f"Result: {verdict}\n\n")
         handle.write("Tier *fixed*: the vectors' fingerprints match the pinned ones (or BM25), every figure is exact. "
                      "Tier *encoded*: the vectors were encoded here and differ; figures may move within the spec's "
@@ -519,13 +518,13 @@ def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], data
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m vtrepro.regress", description=__doc__.splitlines()[0])
+    parser = command_parser("regress", __doc__)
     parser.add_argument("--spec", required=True, help="spec file, or a name in regressions/ (e.g. beir_bm25_flat)")
     parser.add_argument("--datasets", help="comma-separated subset of the spec's datasets")
     parser.add_argument("--data-dir", help="data root holding beir/<dataset> (default: $VTREPRO_DATA)")
     parser.add_argument("--model-dir", help="folder of local model copies by hub id (default: $VTREPRO_MODELS)")
     parser.add_argument("--output", type=Path, default=Path("runs"), help="artifacts and reports (default runs/)")
-    parser.add_argument("--threads", type=int, default=2, help="search threads (default 2)")
+    parser.add_argument("--threads", type=positive_int, default=2, help="search threads (default 2)")
     parser.add_argument("--vectors", type=Path,
                         help="use these encoded vectors instead of encoding: a bundle from 'python -m vtrepro.export', "
                              "a folder laid out <condition>/<dataset>/, or one encoded corpus folder for one run")
@@ -560,30 +559,11 @@ def main(argv: list[str] | None = None) -> int:
         check_encoded(encoded)
     start_jvm()
 
-    out_dir = args.output / spec.name
-    rows: list[ResultRow] = []
-    timings: dict[str, float] = {}
-    recorded: dict[tuple[str, str], dict] = {}
-    chosen = {(condition.name, dataset_run.name) for condition, dataset_run in selected}
-    for condition in spec.conditions:
-        runner = ConditionRunner(condition, spec, out_dir, args.model_dir, args.data_dir, args.threads,
-                                 args.output / "train")
-        observations: dict[str, Observation] = {}
-        for dataset_run in condition.datasets:
-            if (condition.name, dataset_run.name) not in chosen:
-                continue
-            print(f"[{condition.name} / {dataset_run.name}] running", file=sys.stderr, flush=True)
-            key = (condition.name, dataset_run.name)
-            observation = runner.run(dataset_run, datasets[dataset_run.name], sources.get(key), references.get(key))
-            observations[dataset_run.name] = observation
-            timings[f"{condition.name}/{dataset_run.name}"] = observation.seconds
-            rows += compare(condition, dataset_run, observation)
-            recorded[key] = {"scores": observation.scores, "index": observation.index,
-                             "vectors": {name: summary.sha256 for name, summary in observation.vectors.items()}}
-        rows += compare_averages(condition, observations)
-
-    if args.record:
-        record_observed(spec.path, recorded)
+    out_dir = check_output_folder(args.output / spec.name)
+    outcome = run_all(spec, selected, out_dir, args, argv, sources, references, datasets)
+    rows = outcome.rows
+    if args.record and not outcome.errors:
+        record_observed(spec.path, outcome.recorded)
         print(f"recorded observed values into {spec.path}", file=sys.stderr)
         rows = [row if row.kind == "reference" else ResultRow(**{**asdict(row), "expected": row.observed,
                                                                "status": STATUS_OK, "tier": TIER_FIXED, "note": ""})
@@ -591,12 +571,66 @@ def main(argv: list[str] | None = None) -> int:
     if args.strict:
         rows = [ResultRow(**{**asdict(row), "status": STATUS_FAIL}) if row.status == STATUS_OKISH else row
                 for row in rows]
-    write_report(spec, rows, timings, out_dir, argv)
+    write_report(spec, rows, outcome.timings, out_dir, argv)
     print(format_table(rows))
-    failed = [row for row in rows if row.status in (STATUS_FAIL, STATUS_UNPINNED)]
+    failed = [row for row in rows if row.status in (STATUS_FAIL, STATUS_UNPINNED, STATUS_ERROR)]
     okish = sum(row.status == STATUS_OKISH for row in rows)
     print(f"\n{len(rows) - len(failed) - okish} OK, {okish} OKISH, {len(failed)} not OK; report: {out_dir / 'report.md'}")
+    if outcome.errors:
+        nothing_recorded = "; nothing was recorded into the spec" if args.record else ""
+        raise VtreproError(f"{'; '.join(outcome.errors)} (the other runs' results are in {out_dir / 'report.md'}"
+                           f"{nothing_recorded})")
     return EXIT_MISMATCH if failed else EXIT_OK
+
+
+@dataclass
+class Outcome:
+    """What a regression run produced so far: rows, per-run seconds, observed values, failed runs."""
+
+    rows: list[ResultRow] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    recorded: dict[tuple[str, str], dict] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: Path, args: argparse.Namespace,
+            argv: list[str], sources: dict, references: dict, datasets: dict) -> Outcome:
+    """Run every selected (condition, dataset). A run that fails on bad input or the file system is
+    recorded as an ERROR row and the others go on; on an interrupt the report of what finished is written."""
+    outcome = Outcome()
+    chosen = {(condition.name, dataset_run.name) for condition, dataset_run in selected}
+    try:
+        for condition in spec.conditions:
+            runner = ConditionRunner(condition, spec, out_dir, args.model_dir, args.data_dir, args.threads,
+                                     args.output / "train")
+            observations: dict[str, Observation] = {}
+            for dataset_run in condition.datasets:
+                key = (condition.name, dataset_run.name)
+                if key not in chosen:
+                    continue
+                print(f"[{condition.name} / {dataset_run.name}] running", file=sys.stderr, flush=True)
+                try:
+                    observation = runner.run(dataset_run, datasets[dataset_run.name], sources.get(key),
+                                             references.get(key))
+                except (VtreproError, OSError) as error:
+                    message = os_error_message(error) if isinstance(error, OSError) else " ".join(str(error).split())
+                    outcome.errors.append(f"{condition.name}/{dataset_run.name}: {message}")
+                    outcome.rows.append(ResultRow(condition.name, dataset_run.name, "run", "error", None, None,
+                                                  STATUS_ERROR, "", message))
+                    print(f"[{condition.name} / {dataset_run.name}] failed: {message}", file=sys.stderr, flush=True)
+                    continue
+                observations[dataset_run.name] = observation
+                outcome.timings[f"{condition.name}/{dataset_run.name}"] = observation.seconds
+                outcome.rows += compare(condition, dataset_run, observation)
+                outcome.recorded[key] = {
+                    "scores": observation.scores, "index": observation.index,
+                    "vectors": {name: summary.sha256 for name, summary in observation.vectors.items()},
+                }
+            outcome.rows += compare_averages(condition, observations)
+    except KeyboardInterrupt:
+        write_report(spec, outcome.rows, outcome.timings, out_dir, argv, interrupted=True)
+        raise
+    return outcome
 
 
 if __name__ == "__main__":

@@ -9,18 +9,21 @@ adjustment is undone here, since every impact score is an integer by constructio
 """
 from __future__ import annotations
 
-import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Mapping
 
-from vtrepro.cli import cli_entry
+from vtrepro.cli import cli_entry, command_parser, positive_int
 from vtrepro.errors import VtreproError
-from vtrepro.io import atomic_write, read_jsonl
+from vtrepro.fingerprint import load_vectors
+from vtrepro.io import atomic_write, check_output_file, read_lines
 from vtrepro.java import java_class
+from vtrepro.progress import Progress
 
 Run = dict[str, dict[str, float]]
 """qid -> {docid: score}, the shape pytrec_eval takes."""
+SEARCH_BATCH = 256
 
 
 def _collect(hits_by_qid, qids: list[str], k: int, remove_query_id: bool, integer_scores: bool) -> Run:
@@ -56,18 +59,18 @@ def search_impact(
     for qid in qids:
         query = hash_map()
         for term, weight in queries[qid].items():
-            if not isinstance(weight, int):
-                raise VtreproError(f"query '{qid}' has a non-integer weight for '{term}': quantize query vectors")
+            if isinstance(weight, bool) or not isinstance(weight, int) or weight < 0:
+                raise VtreproError(f"query '{qid}' has a non-integer or negative weight {weight!r} for '{term}': "
+                                   "quantize query vectors")
             query.put(term, integer(weight))
         java_queries.append(query)
     longest = max((len(vector) for vector in queries.values()), default=0)
     index_searcher = java_class("org.apache.lucene.search.IndexSearcher")
     if longest > index_searcher.getMaxClauseCount():  # dense queries (an untrained model) have thousands of terms
         index_searcher.setMaxClauseCount(longest)
-    searcher = java_class("io.anserini.search.SimpleImpactSearcher")(str(index_dir))
+    searcher = java_class("io.anserini.search.SimpleImpactSearcher")(_checked_index(index_dir))
     try:
-        hits = searcher.batch_search(_java_list(java_queries), _java_list(qids), k + int(remove_query_id), threads)
-        return _collect(hits, qids, k, remove_query_id, integer_scores=True)
+        return _batched(searcher, java_queries, qids, k, threads, remove_query_id, integer_scores=True)
     finally:
         searcher.close()
 
@@ -83,14 +86,35 @@ def search_bm25(
 ) -> Run:
     """BM25 search with Anserini's default analyzer."""
     qids = list(queries)
-    searcher = java_class("io.anserini.search.SimpleSearcher")(str(index_dir))
+    searcher = java_class("io.anserini.search.SimpleSearcher")(_checked_index(index_dir))
     try:
         searcher.set_bm25(float(k1), float(b))
-        texts = _java_list(queries[qid] for qid in qids)
-        hits = searcher.batch_search(texts, _java_list(qids), k + int(remove_query_id), threads)
-        return _collect(hits, qids, k, remove_query_id, integer_scores=False)
+        return _batched(searcher, [queries[qid] for qid in qids], qids, k, threads, remove_query_id, integer_scores=False)
     finally:
         searcher.close()
+
+
+def _checked_index(index_dir: str | Path) -> str:
+    """``index_dir`` as a string for Anserini, once it is known to hold a Lucene index."""
+    if not Path(index_dir).is_dir():
+        raise VtreproError(f"{index_dir}: no such index folder; build it with 'python -m vtrepro.index'")
+    if not any(Path(index_dir).glob("segments_*")):
+        raise VtreproError(f"{index_dir}: not a Lucene index (no segments_N file); build it with 'python -m vtrepro.index'")
+    return str(index_dir)
+
+
+def _batched(searcher, queries: list, qids: list[str], k: int, threads: int, remove_query_id: bool,
+             integer_scores: bool) -> Run:
+    """Search ``SEARCH_BATCH`` queries per call, so progress moves; each query's hits do not depend on its batch."""
+    run: Run = {}
+    with Progress(len(qids), "search", "queries") as progress:
+        for start in range(0, len(qids), SEARCH_BATCH):
+            batch_ids = qids[start : start + SEARCH_BATCH]
+            hits = searcher.batch_search(_java_list(queries[start : start + SEARCH_BATCH]), _java_list(batch_ids),
+                                         k + int(remove_query_id), threads)
+            run.update(_collect(hits, batch_ids, k, remove_query_id, integer_scores))
+            progress.update(len(batch_ids))
+    return run
 
 
 def write_trec_run(run: Run, path: str | Path, tag: str = "vtrepro") -> None:
@@ -102,49 +126,56 @@ def write_trec_run(run: Run, path: str | Path, tag: str = "vtrepro") -> None:
 
 
 def read_trec_run(path: str | Path) -> Run:
-    """Read a TREC run file; a malformed line is a one-line error naming file and line."""
+    """Read a TREC run file (``qid Q0 docid rank score tag``, six fields separated by whitespace).
+
+    What trec_eval would read differently is refused, naming file and line: a line with another
+    number of fields (an id holding a space), a rank or score that is not a number, a non-finite
+    score, the same document twice for a query.
+    """
     path = Path(path)
-    if not path.is_file():
-        raise VtreproError(f"{path}: run file not found")
     run: Run = {}
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            fields = line.split()
-            if not fields:
-                continue
-            try:
-                qid, _, docid, _, score = fields[:5]
-                run.setdefault(qid, {})[docid] = float(score)
-            except ValueError:
-                raise VtreproError(
-                    f"{path}:{line_number}: expected 'qid Q0 docid rank score tag', got {line.strip()[:80]!r}"
-                ) from None
+    for line_number, line in read_lines(path):
+        fields = line.split()
+        if not fields:
+            continue
+        where = f"{path}:{line_number}"
+        if len(fields) != 6:
+            raise VtreproError(f"{where}: expected 6 fields 'qid Q0 docid rank score tag', got {len(fields)} in "
+                               f"{line.strip()[:80]!r}; ids must not hold whitespace")
+        qid, _, docid, rank, score_text, _ = fields
+        try:
+            int(rank)
+            score = float(score_text)
+        except ValueError:
+            raise VtreproError(f"{where}: rank must be an integer and score a number, got {rank!r} and "
+                               f"{score_text!r}") from None
+        if not math.isfinite(score):
+            raise VtreproError(f"{where}: score {score_text} is not finite; fix the run that wrote it")
+        hits = run.setdefault(qid, {})
+        if docid in hits:
+            raise VtreproError(f"{where}: document '{docid}' appears twice for query '{qid}'; keep one line")
+        hits[docid] = score
     return run
 
 
 def read_query_vectors(path: str | Path) -> dict[str, dict[str, int]]:
-    """Encoded queries (``{"id", "vector"}`` per line) as qid -> {term: integer weight}."""
-    queries: dict[str, dict[str, int]] = {}
-    for line_number, record in read_jsonl(path):
-        if "id" not in record or not isinstance(record.get("vector"), dict):
-            raise VtreproError(f"{path}:{line_number}: expected {{\"id\": ..., \"vector\": {{term: int}}}}")
-        vector = record["vector"]
-        if not all(isinstance(weight, int) for weight in vector.values()):
-            raise VtreproError(f"{path}:{line_number}: query vector weights must be integers (quantize them)")
-        queries[str(record["id"])] = vector
-    return queries
+    """Encoded queries (``{"id", "vector"}`` per line) as qid -> {term: integer weight}, every line checked
+    like a document vector (:mod:`vtrepro.fingerprint`); a query may have an empty vector."""
+    return load_vectors(Path(path), allow_empty=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vtrepro.search", description=__doc__.splitlines()[0])
+    parser = command_parser("search", __doc__)
     parser.add_argument("--index", required=True, type=Path, help="Lucene impact index")
     parser.add_argument("--queries", required=True, type=Path, help="encoded queries.jsonl ({id, vector})")
-    parser.add_argument("--output", required=True, type=Path, help="TREC run file to write")
-    parser.add_argument("--k", type=int, default=1000, help="hits per query (default 1000)")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--output", required=True, type=Path, help="TREC run file to write (replaced when complete)")
+    parser.add_argument("--k", type=positive_int, default=1000, help="hits per query (default 1000)")
+    parser.add_argument("--threads", type=positive_int, default=1)
     parser.add_argument("--keep-query-id", action="store_true", help="keep hits whose docid equals the query id")
     args = parser.parse_args(argv)
-    run = search_impact(args.index, read_query_vectors(args.queries), args.k, args.threads, not args.keep_query_id)
+    check_output_file(args.output)
+    queries = read_query_vectors(args.queries)
+    run = search_impact(_checked_index(args.index), queries, args.k, args.threads, not args.keep_query_id)
     write_trec_run(run, args.output)
     print(f"{sum(map(len, run.values()))} hits for {len(run)} queries -> {args.output}")
     return 0
