@@ -153,6 +153,9 @@ def _read_document(path: Path) -> CommentedMap:
     return document
 
 
+BOOLEAN_FIX = "use true or false (unquoted; yes, no, on and off are strings in YAML 1.2)"
+
+
 def is_boolean(value: Any) -> bool:
     """Whether a YAML value is a real boolean: ``true``/``false``, not ``yes``, ``no``, ``"true"`` or 1."""
     return isinstance(value, (bool, ScalarBoolean))
@@ -240,8 +243,7 @@ class _Checker:
     def boolean(self, node: CommentedMap, key: str, where: str) -> bool:
         value = node[key]
         if not is_boolean(value):
-            raise self.fail(node, key, f"{where}.{key} must be true or false, got {value!r}; "
-                                       "use true or false (unquoted; yes/no/on/off are strings)")
+            raise self.fail(node, key, f"{where}.{key} must be true or false, got {value!r}; {BOOLEAN_FIX}")
         return bool(value)
 
     def choice(self, node: CommentedMap, key: str, where: str, choices: Sequence[str]) -> str:

@@ -18,7 +18,6 @@ latest checkpoint with the same data order and losses. docs/training.md describe
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -40,10 +39,11 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from torch import Tensor, nn
 
 from vtrepro import losses
-from vtrepro.cli import cli_entry
+from vtrepro.cli import cli_entry, command_parser, positive_float
 from vtrepro.errors import VtreproError
 from vtrepro.io import atomic_write, read_jsonl, write_json
-from vtrepro.spec import read_yaml
+from vtrepro.spec import BOOLEAN_FIX, bounds_text, is_boolean, read_yaml, within
+from vtrepro.transfer import INITS, SIMILARITIES
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "regressions" / "recipes"
 STATE_NAME = "trainer_state.pt"
@@ -67,7 +67,8 @@ _REQUIRED = object()
 
 @dataclass(frozen=True)
 class Field:
-    """One recipe key: its type, default, allowed values and bounds."""
+    """One recipe key: its type, default, allowed values and bounds (``minimum``/``maximum`` inclusive,
+    ``above``/``below`` exclusive)."""
 
     kind: type | str
     default: Any = _REQUIRED
@@ -75,7 +76,12 @@ class Field:
     minimum: float | None = None
     maximum: float | None = None
     above: float | None = None
+    below: float | None = None
     nullable: bool = False
+
+    @property
+    def bounds(self) -> tuple[float | None, float | None, float | None, float | None]:
+        return self.minimum, self.maximum, self.above, self.below
 
 
 _TOP = {
@@ -89,7 +95,7 @@ _DATA_COMMON = {
     "teacher": Field(str, None, nullable=True),
 }
 _DATA_FORMATS = {
-    "beir": {"dataset": Field(str), "split": Field(str, "train"), "min_relevance": Field(int, 1),
+    "beir": {"dataset": Field(str), "split": Field(str, "train"), "min_relevance": Field(int, 1, minimum=1),
              "mining": Field(str, "bm25", ("bm25", "none")), "depth": Field(int, 100, minimum=1)},
     "triples": {"path": Field(str)},
     "msmarco": {"hard_negatives": Field(str), "collection": Field(str), "queries": Field(str),
@@ -110,27 +116,26 @@ _TRAINING = {
     "max_length_query": Field(int, 32, minimum=1), "max_length_doc": Field(int, 256, minimum=1),
     "dropout": Field(float, None, minimum=0, maximum=1, nullable=True),
     "precision": Field(str, "fp32", ("fp32", "bf16")), "save_every": Field(int, 500, minimum=1),
-    "keep_checkpoints": Field(int, 2, minimum=1), "seed": Field(int, 42),
+    "keep_checkpoints": Field(int, 2, minimum=1), "seed": Field(int, 42, minimum=0),
     "cpu_threads": Field(int, None, minimum=1, nullable=True),
 }
-_LEAVEOUT = {"fraction": Field(float, 0.1, above=0, maximum=0.99), "seed": Field(int, 0)}
+_LEAVEOUT = {"fraction": Field(float, 0.1, above=0, below=1), "seed": Field(int, 0, minimum=0)}
 _CORPUS = {"dataset": Field(str, None, nullable=True), "corpus": Field(str, None, nullable=True)}
 _STAGES = {
     "transfer": {"target_tokenizer": Field(str, "bert-base-uncased"), "reference": Field(str, None, nullable=True),
-                 "init": Field(str, "topology", ("topology", "subword-mean", "mean", "random")),
-                 "temperature": Field(float, 1.0, above=0),
-                 "similarity": Field(str, "cosine", ("cosine", "zscore", "pmi")),
-                 "target_norm": Field(bool, False), "seed": Field(int, 0),
+                 "init": Field(str, "topology", INITS), "temperature": Field(float, 1.0, above=0),
+                 "similarity": Field(str, "cosine", SIMILARITIES),
+                 "target_norm": Field(bool, False), "seed": Field(int, 0, minimum=0),
                  "leaveout": Field("mapping", None, nullable=True)},
     "mlm": {**_CORPUS, "steps": Field(int, minimum=1), "mask_rate": Field(float, 0.15, above=0, maximum=1),
             "max_length": Field(int, 128, minimum=8), "lr": Field(float, 5e-5, above=0),
             "batch_size": Field(int, 32, minimum=1), "warmup_steps": Field(int, 0, minimum=0),
-            "precision": Field(str, "fp32", ("fp32", "bf16")), "seed": Field(int, 0)},
+            "precision": Field(str, "fp32", ("fp32", "bf16")), "seed": Field(int, 0, minimum=0)},
     "calibrate": {**_CORPUS, "docs": Field(int, 20_000, minimum=1),
-                  "cut_percent": Field(float, None, above=0, maximum=100, nullable=True),
+                  "cut_percent": Field(float, None, above=0, below=100, nullable=True),
                   "target_terms": Field(float, None, above=0, nullable=True), "max_length": Field(int, 512, minimum=1),
                   "max_sample": Field(int, 10_000, minimum=1), "batch_size": Field(int, 32, minimum=1),
-                  "seed": Field(int, 0)},
+                  "seed": Field(int, 0, minimum=0)},
 }
 # Settings that do not change the trained weights: a resumed run may differ in them.
 _NOT_FINGERPRINTED = {"description", "save_every", "keep_checkpoints", "cpu_threads"}
@@ -219,24 +224,25 @@ class _Checker:
             if not isinstance(value, list) or not value or not all(isinstance(item, str) for item in value):
                 raise self.error(node, key, f"{where} must be a non-empty list of strings")
             return tuple(value)
-        if spec.kind is float and isinstance(value, int) and not isinstance(value, bool):
+        if spec.kind is bool:
+            if not is_boolean(value):
+                raise self.error(node, key, f"{where} must be true or false, got {value!r}; {BOOLEAN_FIX}")
+            return bool(value)
+        if spec.kind is float and isinstance(value, int) and not is_boolean(value):
             value = float(value)
-        if not isinstance(value, spec.kind) or (spec.kind is int and isinstance(value, bool)):
+        if not isinstance(value, spec.kind) or is_boolean(value):
             raise self.error(node, key, f"{where} must be {_KIND_NAMES[spec.kind]}, got {value!r}")
         if spec.kind is str:
             value = str(value)
         if spec.choices and value not in spec.choices:
             raise self.error(node, key, f"{where} must be one of {', '.join(spec.choices)}, got {value!r}")
-        if spec.minimum is not None and value < spec.minimum:
-            raise self.error(node, key, f"{where} must be at least {spec.minimum:g}, got {value!r}")
-        if spec.maximum is not None and value > spec.maximum:
-            raise self.error(node, key, f"{where} must be at most {spec.maximum:g}, got {value!r}")
-        if spec.above is not None and value <= spec.above:
-            raise self.error(node, key, f"{where} must be greater than {spec.above:g}, got {value!r}")
+        if spec.kind in (int, float) and not within(value, *spec.bounds):
+            raise self.error(node, key, f"{where} must be {_KIND_NAMES[spec.kind]} {bounds_text(*spec.bounds)}, "
+                                        f"got {value!r}")
         return value
 
 
-_KIND_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+_KIND_NAMES = {int: "an integer", float: "a number", str: "a string"}
 
 
 def find_recipe(recipe: str) -> Path:
@@ -1171,13 +1177,13 @@ def run_recipe(recipe: Recipe, output: Path, data_dir=None, model_dir=None) -> P
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vtrepro.train", description=__doc__.splitlines()[0])
+    parser = command_parser("train", __doc__)
     parser.add_argument("--config", required=True, help="recipe YAML file, or a name in regressions/recipes/")
     parser.add_argument("--output", type=Path, help="run folder (default: runs/train/<recipe name>)")
     parser.add_argument("--data-dir", help="data root holding beir/<dataset> and data files (default: $VTREPRO_DATA)")
     parser.add_argument("--model-dir", help="folder of local model copies by hub id (default: $VTREPRO_MODELS)")
     parser.add_argument("--dry-run", action="store_true", help="validate the recipe, print the plan and cost, run nothing")
-    parser.add_argument("--gpu-tflops", type=float, default=DEFAULT_GPU_TFLOPS,
+    parser.add_argument("--gpu-tflops", type=positive_float, default=DEFAULT_GPU_TFLOPS,
                         help="sustained TFLOP/s assumed by the --dry-run cost estimate (default: %(default)s)")
     args = parser.parse_args(argv)
     recipe = load_recipe(args.config)
