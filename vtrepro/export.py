@@ -7,25 +7,26 @@ the spec and the environment into one ``.tar`` and writes its sha256 beside it. 
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from vtrepro.bundle import write_bundle
-from vtrepro.cli import cli_entry
+from vtrepro.cli import cli_entry, command_parser
 from vtrepro.errors import VtreproError
+from vtrepro.io import check_output_file
 from vtrepro.regress import environment, selected_runs
 from vtrepro.spec import load_spec
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vtrepro.export", description=__doc__.splitlines()[0])
+    parser = command_parser("export", __doc__)
     parser.add_argument("--spec", required=True, help="spec file, or a name in regressions/")
     parser.add_argument("--runs", type=Path, default=Path("runs"), help="the --output folder regress used (default runs/)")
     parser.add_argument("--datasets", help="comma-separated subset of the spec's datasets")
     parser.add_argument("--output", required=True, type=Path, help="bundle file to write (.tar); <output>.sha256 beside it")
     args = parser.parse_args(argv)
 
+    check_output_file(args.output)
     spec = load_spec(args.spec)
     run_root = args.runs / spec.name
     if not run_root.is_dir():

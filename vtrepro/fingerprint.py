@@ -11,7 +11,6 @@ JSON-vector folder or file, e.g. ``queries.jsonl``) and, given B, how B's vector
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import sys
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from vtrepro.cli import cli_entry
+from vtrepro.cli import cli_entry, command_parser
 from vtrepro.errors import VtreproError
 from vtrepro.io import read_jsonl, unsafe_character
 
@@ -193,7 +192,7 @@ def _files(path: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vtrepro.fingerprint", description=__doc__.splitlines()[0])
+    parser = command_parser("fingerprint", __doc__)
     parser.add_argument("vectors", type=Path, help="encoded corpus folder, JSON-vector folder, or vector file")
     parser.add_argument("other", type=Path, nargs="?", help="a second one: count the records and impacts that differ")
     args = parser.parse_args(argv)

@@ -406,6 +406,14 @@ def _show(value) -> str:
     return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
+def _tally(rows: list[ResultRow]) -> str:
+    """``"12 OK, 1 OKISH"``: how many rows have each status, in first-seen order."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.status] = counts.get(row.status, 0) + 1
+    return ", ".join(f"{count} {status}" for status, count in counts.items())
+
+
 def format_table(rows: list[ResultRow]) -> str:
     header = ("condition", "dataset", "metric", "tier", "expected", "observed", "status", "difference")
     lines = [(row.condition, row.dataset, row.metric + (" (ref)" if row.kind == "reference" else ""), row.tier,
@@ -621,7 +629,10 @@ def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: P
                     continue
                 observations[dataset_run.name] = observation
                 outcome.timings[f"{condition.name}/{dataset_run.name}"] = observation.seconds
-                outcome.rows += compare(condition, dataset_run, observation)
+                rows = compare(condition, dataset_run, observation)
+                outcome.rows += rows
+                print(f"[{condition.name} / {dataset_run.name}] done in {observation.seconds} s: {_tally(rows)}",
+                      file=sys.stderr, flush=True)
                 outcome.recorded[key] = {
                     "scores": observation.scores, "index": observation.index,
                     "vectors": {name: summary.sha256 for name, summary in observation.vectors.items()},
