@@ -20,11 +20,11 @@ class InterruptAfter:
     def __getattr__(self, name):
         return getattr(self._encoder, name)
 
-    def encode(self, texts, kind):
+    def encode(self, texts, kind, progress=None):
         self._calls -= 1
         if self._calls < 0:
             raise KeyboardInterrupt
-        return self._encoder.encode(texts, kind)
+        return self._encoder.encode(texts, kind, progress)
 
 
 def windowed(encoder, sort_window: int):

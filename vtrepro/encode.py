@@ -7,22 +7,26 @@
     DIR/queries.jsonl          the split's queries with integer vectors
 
 Shards are written atomically and recorded in the manifest as they finish; rerunning the same
-command after an interruption resumes at the first unfinished shard.
+command after an interruption resumes at the first unfinished shard. The output folder, corpus and
+queries are checked before the model is loaded; documents and queries report progress per batch.
 """
 from __future__ import annotations
 
-import argparse
+import contextlib
 import hashlib
+import inspect
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from vtrepro.cli import cli_entry
+from vtrepro.cli import cli_entry, command_parser, positive_float, positive_int
 from vtrepro.errors import VtreproError
 from vtrepro.fingerprint import VectorSetSummary, fingerprint_folder
 from vtrepro.io import atomic_write, sha256_file, write_json
-from vtrepro.vectors import EMPTY_DOCUMENT_TERM, Quantization, escaped_vocabulary, to_impact_vector
+from vtrepro.progress import Progress
+from vtrepro.vectors import EMPTY_DOCUMENT_TERM, ROUNDINGS, Quantization, escaped_vocabulary, to_impact_vector
 
 MANIFEST_NAME = "manifest.json"
 VECTORS_DIRNAME = "vectors"
@@ -64,16 +68,51 @@ def corpus_fingerprint(documents: Sequence) -> str:
     return digest.hexdigest()
 
 
+def check_output_folder(out_dir: str | Path) -> None:
+    """Fail before any work when ``out_dir`` cannot hold an encoded corpus, without writing anything.
+
+    It must be a folder (or not exist yet) in a writable place, and an existing manifest must be
+    readable. ``DIR/vectors/*.jsonl`` files without a manifest were not written by encode: refused,
+    since resuming would delete or overwrite them.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise VtreproError(f"{out_dir}: is a file; --output must be a folder (new, or one encode wrote before)")
+    existing = next(folder for folder in (out_dir, *out_dir.parents) if folder.exists())
+    if not existing.is_dir():
+        raise VtreproError(f"{existing}: is a file, not a folder; choose another --output")
+    for folder in (existing, out_dir / VECTORS_DIRNAME):
+        if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+            raise VtreproError(f"{folder}: not writable; choose another --output or make it writable")
+    if load_manifest(out_dir) is None and any((out_dir / VECTORS_DIRNAME).glob("*.jsonl")):
+        raise VtreproError(
+            f"{out_dir / VECTORS_DIRNAME}: holds .jsonl files but no {MANIFEST_NAME} is beside it, so encode did "
+            "not write them; move them away or choose another --output"
+        )
+
+
+def _remove_leftovers(out_dir: Path, expected_shards: set[str]) -> None:
+    """Delete shards beyond the corpus and the temporary files of writes a killed run left behind."""
+    vectors_dir = out_dir / VECTORS_DIRNAME
+    leftovers = [path for path in vectors_dir.glob("*.jsonl") if path.name not in expected_shards]
+    leftovers += vectors_dir.glob(".part-*.jsonl.*.tmp")
+    for name in (MANIFEST_NAME, QUERIES_NAME):
+        leftovers += out_dir.glob(f".{name}.*.tmp")
+    for path in leftovers:
+        path.unlink(missing_ok=True)
+
+
 class _AlignedWindows:
     """Encodes documents in whole sort windows counted from the corpus start, whatever range is asked.
 
     Batches are formed inside a window, so a document's vector depends on the corpus order, the
     window and the batch size alone: never on the shard size or on where an interrupted run resumed.
-    The last window stays in memory for the next shard.
+    The last window stays in memory for the next shard. ``progress`` moves per encoded batch.
     """
 
-    def __init__(self, encoder, documents: Sequence):
+    def __init__(self, encoder, documents: Sequence, progress: Progress | None = None):
         self.encoder, self.documents, self.size = encoder, documents, encoder.sort_window
+        self.progress = progress
         self._window, self._vectors = -1, []
 
     def vectors(self, start: int, stop: int) -> list:
@@ -82,7 +121,7 @@ class _AlignedWindows:
             low = window * self.size
             if window != self._window:
                 texts = [document.contents for document in self.documents[low : low + self.size]]
-                self._window, self._vectors = window, self.encoder.encode(texts, kind="doc")
+                self._window, self._vectors = window, self.encoder.encode(texts, kind="doc", progress=self.progress)
             out += self._vectors[max(start, low) - low : min(stop, low + self.size) - low]
         return out
 
@@ -152,32 +191,34 @@ def encode_corpus(
         "sort_window": encoder.sort_window,
         "shard_size": shard_size,
     }
+    if not replace_other_settings:
+        check_output_folder(out_dir)
     shards = _finished_shards(out_dir, load_manifest(out_dir), settings, replace_other_settings)
     model_name = str(getattr(encoder.model, "name_or_path", ""))
     terms = escaped_vocabulary(encoder.vocabulary)
     vectors_dir = out_dir / VECTORS_DIRNAME
     vectors_dir.mkdir(parents=True, exist_ok=True)
-    expected_files = {f"part-{index:05d}.jsonl" for index in range(-(-len(documents) // shard_size))}
-    for stale in vectors_dir.glob("*.jsonl"):
-        if stale.name not in expected_files:
-            stale.unlink()
+    expected_files = [f"part-{index:05d}.jsonl" for index in range(-(-len(documents) // shard_size))]
+    _remove_leftovers(out_dir, set(expected_files))
 
-    progress = None
-    if show_progress:
-        from tqdm import tqdm
-
-        progress = tqdm(total=len(documents), initial=sum(shard["documents"] for shard in shards), unit="doc", desc="encode")
-    windows = _AlignedWindows(encoder, documents)
-    for index in range(len(shards), len(expected_files)):
-        start, stop = index * shard_size, min((index + 1) * shard_size, len(documents))
-        path = vectors_dir / f"part-{index:05d}.jsonl"
-        shards.append(_write_shard(documents[start:stop], windows.vectors(start, stop), terms, quantization, path))
-        _write_manifest(out_dir, model_name, settings, shards)
-        if progress is not None:
-            progress.update(stop - start)
-    if progress is not None:
-        progress.close()
+    resume_at = min(len(shards) * shard_size, len(documents))
+    if resume_at < len(documents):
+        resume_at -= resume_at % encoder.sort_window  # the window holding it is encoded whole again
+    with _stage_progress(show_progress, len(documents), "encode documents", "doc", resume_at) as progress:
+        windows = _AlignedWindows(encoder, documents, progress)
+        for index in range(len(shards), len(expected_files)):
+            start, stop = index * shard_size, min((index + 1) * shard_size, len(documents))
+            path = vectors_dir / expected_files[index]
+            shards.append(_write_shard(documents[start:stop], windows.vectors(start, stop), terms, quantization, path))
+            _write_manifest(out_dir, model_name, settings, shards)
     return _write_manifest(out_dir, model_name, settings, shards, fingerprint_folder(vectors_dir))
+
+
+def _stage_progress(
+    show: bool, total: int, desc: str, unit: str, initial: int = 0
+) -> contextlib.AbstractContextManager[Progress | None]:
+    """A :class:`Progress` for a stage, or a context yielding None when progress is not shown."""
+    return Progress(total, desc, unit, initial) if show else contextlib.nullcontext()
 
 
 def _write_manifest(out_dir: Path, model: str, settings: dict, shards: list[dict],
@@ -199,11 +240,13 @@ def _write_manifest(out_dir: Path, model: str, settings: dict, shards: list[dict
 
 
 def encode_queries(
-    encoder, queries: dict[str, str], path: str | Path, quantization: Quantization = Quantization()
+    encoder, queries: dict[str, str], path: str | Path, quantization: Quantization = Quantization(),
+    show_progress: bool = True,
 ) -> dict[str, dict[str, int]]:
     """Encode queries to integer vectors and write them as ``{"id", "contents", "vector"}`` lines."""
     terms = escaped_vocabulary(encoder.vocabulary)
-    encoded = encoder.encode(list(queries.values()), kind="query")
+    with _stage_progress(show_progress, len(queries), "encode queries", "query") as progress:
+        encoded = _encode_with_progress(encoder, list(queries.values()), "query", progress)
     vectors = {
         qid: to_impact_vector(ids, weights, terms, quantization) for qid, (ids, weights) in zip(queries, encoded)
     }
@@ -213,8 +256,19 @@ def encode_queries(
     return vectors
 
 
+def _encode_with_progress(encoder, texts: list[str], kind: str, progress: Progress | None) -> list:
+    """``encoder.encode``, moving ``progress`` per batch; an encoder that takes no ``progress`` (the
+    instant IDF query encoder) moves it once at the end."""
+    if "progress" in inspect.signature(encoder.encode).parameters:
+        return encoder.encode(texts, kind=kind, progress=progress)
+    vectors = encoder.encode(texts, kind=kind)
+    if progress is not None:
+        progress.update(len(texts))
+    return vectors
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vtrepro.encode", description=__doc__.splitlines()[0])
+    parser = command_parser("encode", __doc__)
     parser.add_argument("--model", required=True, help="hub id or folder of a masked-LM SPLADE model")
     parser.add_argument("--model-dir", help="folder mapping hub ids to local copies (default: $VTREPRO_MODELS)")
     source = parser.add_mutually_exclusive_group(required=True)
@@ -224,13 +278,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", help="data root holding beir/<dataset> (default: $VTREPRO_DATA)")
     parser.add_argument("--split", default="test", help="query split to encode with --dataset (default test)")
     parser.add_argument("--output", required=True, type=Path, help="encoded corpus folder")
-    parser.add_argument("--max-length-doc", type=int, default=512)
-    parser.add_argument("--max-length-query", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--scale", type=float, default=100.0, help="quantization scale (default 100)")
-    parser.add_argument("--rounding", default="half-even", help="half-even (default), half-up or truncate")
-    parser.add_argument("--shard-size", type=int, default=DEFAULT_SHARD_SIZE, help="documents per shard")
+    parser.add_argument("--max-length-doc", type=positive_int, default=512, help="tokens per document (default 512)")
+    parser.add_argument("--max-length-query", type=positive_int, default=64, help="tokens per query (default 64)")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="texts per batch (default 32)")
+    parser.add_argument("--scale", type=positive_float, default=100.0, help="quantization scale (default 100)")
+    parser.add_argument("--rounding", default="half-even", choices=ROUNDINGS, help="weight rounding (default half-even)")
+    parser.add_argument("--shard-size", type=positive_int, default=DEFAULT_SHARD_SIZE,
+                        help=f"documents per shard (default {DEFAULT_SHARD_SIZE})")
     args = parser.parse_args(argv)
+
+    if args.queries and not args.corpus:
+        parser.error("--queries goes with --corpus (--dataset encodes the queries of --split)")
+    check_output_folder(args.output)
 
     from vtrepro.datasets import load_dataset, read_corpus, read_queries
     from vtrepro.encoder import SpladeEncoder

@@ -13,11 +13,11 @@ from typing import Iterator, Literal, Sequence
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
 
 from vtrepro.errors import VtreproError
 from vtrepro.models import load_masked_lm
+from vtrepro.progress import Progress
 
 Kind = Literal["doc", "query"]
 SparseVector = tuple[np.ndarray, np.ndarray]
@@ -73,33 +73,33 @@ class SpladeEncoder:
             sorted(self.special_ids | set(range(len(self.tokenizer), self._decoder.out_features))), dtype=torch.long
         )
 
-    def encode(self, texts: Sequence[str], kind: Kind, show_progress: bool = False) -> list[SparseVector]:
-        """Per text: (term ids int64 ascending, weights float32 > 0), special tokens and zeros removed; in input order."""
+    def encode(self, texts: Sequence[str], kind: Kind, progress: Progress | None = None) -> list[SparseVector]:
+        """Per text: (term ids int64 ascending, weights float32 > 0), special tokens and zeros removed; in input order.
+
+        ``progress`` moves by each batch's number of texts as it is encoded.
+        """
         vectors: list[SparseVector | None] = [None] * len(texts)
-        for positions, max_logits in self._pooled_batches(texts, kind, show_progress):
+        for positions, max_logits in self._pooled_batches(texts, kind):
             weights = splade_activation(max_logits)
             weights[:, self._dropped_ids] = 0.0
             for position, row in zip(positions, weights):
                 term_ids = torch.nonzero(row).squeeze(1)
                 vectors[position] = (term_ids.numpy(), row[term_ids].numpy())
+            if progress is not None:
+                progress.update(len(positions))
         return vectors
 
     def max_logits(self, texts: Sequence[str], kind: Kind = "doc") -> torch.Tensor:
         """(n, vocab) float32 raw MLM logits max-pooled over non-padding positions (before relu/log1p)."""
         pooled = torch.empty(len(texts), self._decoder.out_features, dtype=torch.float32)
-        for positions, max_logits in self._pooled_batches(texts, kind, show_progress=False):
+        for positions, max_logits in self._pooled_batches(texts, kind):
             pooled[positions] = max_logits
         return pooled
 
-    def _pooled_batches(
-        self, texts: Sequence[str], kind: Kind, show_progress: bool
-    ) -> Iterator[tuple[list[int], torch.Tensor]]:
+    def _pooled_batches(self, texts: Sequence[str], kind: Kind) -> Iterator[tuple[list[int], torch.Tensor]]:
         """Yield (input positions, max-pooled logits) per length-sorted batch."""
-        max_length = self._max_length(kind)
-        with tqdm(total=len(texts), unit=kind, disable=not show_progress) as progress:
-            for positions, batch in self._sorted_batches(texts, max_length):
-                yield positions, self._pool(batch)
-                progress.update(len(positions))
+        for positions, batch in self._sorted_batches(texts, self._max_length(kind)):
+            yield positions, self._pool(batch)
 
     def _max_length(self, kind: Kind) -> int:
         if kind == "doc":
