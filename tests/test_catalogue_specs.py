@@ -46,12 +46,12 @@ conditions:
 
 # (text to replace, replacement, line of the error, fragment of the error)
 SPEC_CASES = [
-    ("[ndcg@10, recall@100]", "[ndcg@10, recall@100, ndcg@0]", 3, "cutoff k must be >= 1"),
-    ("[ndcg@10, recall@100]", "[ndcg@10, ndcg@-1]", 3, "cutoff k must be >= 1"),
+    ("[ndcg@10, recall@100]", "[ndcg@10, recall@100, ndcg@0]", 3, "the cutoff must be >= 1"),
+    ("[ndcg@10, recall@100]", "[ndcg@10, ndcg@-1]", 3, "the cutoff must be >= 1"),
     ("[ndcg@10, recall@100]", "[foo@10, recall@100]", 3, "unknown metric 'foo@10'"),
     ("[ndcg@10, recall@100]", "[ndcg@10, ndcg@10]", 3, "listed twice"),
     ("metrics: [ndcg@10, recall@100]", "metrics: ndcg@10", 3, "must be a non-empty list"),
-    ("metrics: [ndcg@10, recall@100]", "metrics:\n    - ndcg@10\n    - recall@0", 5, "cutoff k must be >= 1"),
+    ("metrics: [ndcg@10, recall@100]", "metrics:\n    - ndcg@10\n    - recall@0", 5, "the cutoff must be >= 1"),
     ("{ndcg@10: 0.5, recall@100: null}", "{ndcg@0: 0.5}", 13, "unknown key 'ndcg@0'"),
     ("reference: {ndcg@10: 0.5}", "reference: {foo@10: 0.5}", 14, "unknown key 'foo@10'"),
     ("{ndcg@10: 0.5, recall@100: null}", "{ndcg@10: 1.5}", 13, "scores.ndcg@10 must be a number in [0, 1]"),

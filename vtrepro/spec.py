@@ -188,7 +188,7 @@ def metric_problem(metric: Any) -> str | None:
         return f"metric {metric!r} must be a name@k string such as ndcg@10"
     name, _, cutoff = metric.partition("@")
     if cutoff.lstrip("-").isdigit() and int(cutoff) < 1:
-        return f"metric '{metric}' has cutoff {cutoff}; the cutoff k must be >= 1, e.g. {name}@10"
+        return f"metric '{metric}' has cutoff {cutoff}; the cutoff must be >= 1, e.g. {name}@10"
     try:
         _parse_metric(metric)
     except VtreproError as error:
@@ -212,6 +212,7 @@ class _Checker:
         return VtreproError(f"{self.path}{'' if line is None else f':{line + 1}'}: {message}")
 
     def mapping(self, parent: Any, key: Any, allowed: set[str], where: str) -> CommentedMap:
+        """``parent[key]`` (or ``parent`` itself for key None) as a mapping of ``allowed`` keys; empty for null."""
         node = parent[key] if key is not None else parent
         if node is None:
             return CommentedMap()
@@ -224,7 +225,7 @@ class _Checker:
 
     def number(self, node: CommentedMap, key: str, where: str, kind: type = float, allow_none: bool = False,
                minimum: float | None = None, maximum: float | None = None,
-               above: float | None = None, below: float | None = None):
+               above: float | None = None, below: float | None = None) -> float | int | None:
         """``node[key]`` as an int or float within the bounds (None when allowed and empty)."""
         value = node.get(key)
         if value is None and allow_none:
@@ -260,7 +261,8 @@ class _Checker:
             raise self.fail(node, key, f"{where}.{key} must be a non-empty string, got {value!r}")
         return str(value)
 
-    def metric_values(self, parent: CommentedMap, key: str, metrics: tuple[str, ...], where: str, allow_none: bool):
+    def metric_values(self, parent: CommentedMap, key: str, metrics: tuple[str, ...], where: str,
+                      allow_none: bool) -> dict[str, float | None]:
         """Metric -> value in [0, 1] (None when allowed), for the spec's metrics only."""
         node = self.mapping(parent, key, set(metrics), where) if key in parent else CommentedMap()
         return {metric: self.number(node, metric, where, allow_none=allow_none, minimum=0, maximum=1)
