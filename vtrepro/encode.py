@@ -25,6 +25,7 @@ from vtrepro.cli import cli_entry, command_parser, positive_float, positive_int
 from vtrepro.errors import VtreproError
 from vtrepro.fingerprint import VectorSetSummary, fingerprint_folder
 from vtrepro.io import atomic_write, sha256_file, write_json
+from vtrepro.models import find_model
 from vtrepro.progress import Progress
 from vtrepro.vectors import EMPTY_DOCUMENT_TERM, ROUNDINGS, Quantization, escaped_vocabulary, to_impact_vector
 
@@ -290,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.queries and not args.corpus:
         parser.error("--queries goes with --corpus (--dataset encodes the queries of --split)")
     check_output_folder(args.output)
+    find_model(args.model, args.model_dir)
 
     from vtrepro.datasets import load_dataset, read_corpus, read_queries
     from vtrepro.encoder import SpladeEncoder

@@ -1,24 +1,26 @@
 """Find a masked-language model on disk (or the Hub) and load it for inference.
 
-A local model folder is checked before loading, so a missing, truncated or corrupt file is one line
-naming it. A Hub id is looked up on the Hub only when the Hub answers a quick probe; offline, only
-the Hugging Face cache is tried, and the error names the folder to create instead.
+:func:`find_model` is cheap (no torch): a local folder's files are checked, so a missing, truncated or
+corrupt file is one line naming it; a Hub id is looked up on the Hub only when the Hub answers a quick
+probe, and offline only in the Hugging Face cache, the error naming the folder to create instead.
+Commands call it before any work; :func:`load_masked_lm` calls it again and loads.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
-
-import torch
-from safetensors import SafetensorError
-from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from typing import TYPE_CHECKING, Iterator
 
 from vtrepro.cli import verbose
 from vtrepro.errors import VtreproError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 MODELS_ENV = "VTREPRO_MODELS"
 MIN_TOKENIZER_COVERAGE = 0.9
@@ -56,6 +58,32 @@ def resolve_model(name_or_path: str | Path, model_dir: str | Path | None = None)
     return name
 
 
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model will be loaded from: a checked local folder, or a Hub id (``offline``: cache only)."""
+
+    name: str
+    source: str
+    offline: bool = False
+
+
+def find_model(name_or_path: str | Path, model_dir: str | Path | None = None) -> ModelSource:
+    """Locate a model without loading it; whatever would make loading fail early is a one-line error."""
+    name, source = str(name_or_path), resolve_model(name_or_path, model_dir)
+    if Path(source).is_dir():
+        check_model_folder(Path(source))
+        return ModelSource(name, source)
+    if _looks_like_path(name):
+        raise VtreproError(f"model folder {name} does not exist; pass an existing model folder or a Hub id")
+    if hub_reachable():
+        return ModelSource(name, source)
+    from huggingface_hub import try_to_load_from_cache
+
+    if not isinstance(try_to_load_from_cache(source, "config.json"), str):
+        raise VtreproError(_offline_failure(name, model_dir))
+    return ModelSource(name, source, offline=True)
+
+
 def load_masked_lm(
     name_or_path: str | Path, model_dir: str | Path | None = None, trust_remote_code: bool = False
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -64,13 +92,12 @@ def load_masked_lm(
     Any failure to find or load them, a checkpoint without MLM-head weights, or a tokenizer much
     smaller than the model's vocabulary is a one-line VtreproError.
     """
-    name, source = str(name_or_path), resolve_model(name_or_path, model_dir)
-    local = Path(source).is_dir()
-    if local:
-        check_model_folder(Path(source))
-    elif _looks_like_path(name):
-        raise VtreproError(f"model folder {name} does not exist; pass an existing model folder or a Hub id")
-    offline = not local and not hub_reachable()
+    import torch
+    from safetensors import SafetensorError
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    found = find_model(name_or_path, model_dir)
+    name, source = found.name, found.source
     try:
         with quiet_transformers():
             model, loading_info = AutoModelForMaskedLM.from_pretrained(
@@ -79,13 +106,13 @@ def load_masked_lm(
                 trust_remote_code=trust_remote_code,
                 dtype=torch.float32,
                 output_loading_info=True,
-                local_files_only=offline,
+                local_files_only=found.offline,
             )
             tokenizer = AutoTokenizer.from_pretrained(
-                source, trust_remote_code=trust_remote_code, local_files_only=offline
+                source, trust_remote_code=trust_remote_code, local_files_only=found.offline
             )
     except (OSError, ValueError, KeyError, ImportError, RuntimeError, SafetensorError) as error:
-        if offline:
+        if found.offline:
             raise VtreproError(_offline_failure(name, model_dir)) from None
         raise VtreproError(_load_failure(name, source, model_dir, error)) from None
     if loading_info["missing_keys"]:
@@ -98,18 +125,22 @@ def load_masked_lm(
     return model.eval(), tokenizer
 
 
-def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
-    """Whether the Hugging Face Hub answers within ``timeout`` seconds (never, with HF_HUB_OFFLINE=1).
+def hub_reachable() -> bool:
+    """Whether the Hugging Face Hub answers a quick probe (never with HF_HUB_OFFLINE=1); probed once a process.
 
-    Without this probe an offline lookup spends half a minute or more retrying before it fails.
+    Without it an offline lookup spends half a minute or more retrying before it fails.
     """
     import huggingface_hub.constants
+
+    return not huggingface_hub.constants.HF_HUB_OFFLINE and _answers(huggingface_hub.constants.ENDPOINT)
+
+
+@functools.cache
+def _answers(endpoint: str, timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
     from huggingface_hub.utils import get_session
 
-    if huggingface_hub.constants.HF_HUB_OFFLINE:
-        return False
     try:
-        get_session().head(huggingface_hub.constants.ENDPOINT, timeout=timeout)
+        get_session().head(endpoint, timeout=timeout)
     except Exception:  # noqa: BLE001 - any failure to get an answer means unreachable
         return False
     return True
