@@ -118,3 +118,37 @@ def test_queries_file_holds_integer_vectors(tmp_path, tiny_encoder):
     assert [line["id"] for line in lines] == ["q1", "q2"]
     assert lines[0]["vector"] == vectors["q1"] and "heart" in vectors["q1"]
     assert all(isinstance(weight, int) for weight in vectors["q1"].values())
+
+
+def test_progress_moves_per_batch_and_resumes_at_the_window(tmp_path, tiny_encoder, scifact_sample, capsys, monkeypatch):
+    """In a log, with interim lines forced on, one line per batch of documents (not per shard), then the summary."""
+    import vtrepro.progress
+
+    monkeypatch.setattr(vtrepro.progress, "LOG_INTERVAL_S", 0.0)
+    encoder = windowed(tiny_encoder, 16)
+    encoder.batch_size = 8  # windows of 16 documents: two batches each
+    with pytest.raises(KeyboardInterrupt):  # after shard 3 of 7 documents, in window 1
+        encode_corpus(InterruptAfter(encoder, 2), scifact_sample, tmp_path, shard_size=7)
+    capsys.readouterr()
+    encode_corpus(encoder, scifact_sample, tmp_path, shard_size=7)
+    lines = capsys.readouterr().err.splitlines()
+    counts = [int(line.split(": ")[1].split("/")[0]) for line in lines[:-1]]
+    assert counts == [24, 32, 40, 48, 56, 60]  # window 1 (16-31) is encoded whole again, batch by batch
+    assert all("/60 doc, resumed at 16 (" in line and "doc/s" in line for line in lines[:-1]), lines
+    assert lines[-1].startswith("encode documents: 60 doc, resumed at 16 in ")
+
+
+def test_temporary_files_of_a_killed_run_are_removed_on_resume(tmp_path, tiny_encoder, scifact_sample):
+    """atomic_write's hidden temporary files survive a kill -9: resuming deletes them, and they are never counted."""
+    reference = encode_corpus(tiny_encoder, scifact_sample, tmp_path / "whole", shard_size=25, show_progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        encode_corpus(InterruptAfter(tiny_encoder, 0), scifact_sample, tmp_path / "killed", shard_size=25,
+                      show_progress=False)
+    leftovers = [tmp_path / "killed" / "vectors" / ".part-00000.jsonl.k9x2_f.tmp",
+                 tmp_path / "killed" / ".manifest.json.a1b2c3.tmp", tmp_path / "killed" / ".queries.jsonl.zz.tmp"]
+    for path in leftovers:
+        path.write_text('{"id": "half a rec')
+    resumed = encode_corpus(tiny_encoder, scifact_sample, tmp_path / "killed", shard_size=25, show_progress=False)
+    assert not any(path.exists() for path in leftovers)
+    assert resumed == reference
+    assert shard_bytes(tmp_path / "killed") == shard_bytes(tmp_path / "whole")
