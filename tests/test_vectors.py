@@ -55,3 +55,9 @@ def test_bad_policies_and_vocabularies_are_one_line_errors():
         escaped_vocabulary(["a", "a"])
     with pytest.raises(VtreproError, match="empty token"):
         escaped_vocabulary(["a", ""])
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0, float("nan"), float("inf")])
+def test_quantization_scale_must_be_positive_and_finite(scale):
+    with pytest.raises(VtreproError, match="positive finite"):
+        Quantization(scale=scale)

@@ -6,6 +6,7 @@ whitespace, control characters or ``%`` is percent-escaped (UTF-8 bytes, reversi
 """
 from __future__ import annotations
 
+import math
 import unicodedata
 from dataclasses import asdict, dataclass
 from typing import Literal, Sequence
@@ -30,8 +31,8 @@ class Quantization:
     rounding: Rounding = "half-even"
 
     def __post_init__(self) -> None:
-        if self.scale <= 0:
-            raise VtreproError(f"quantization scale must be positive, got {self.scale}")
+        if not math.isfinite(self.scale) or self.scale <= 0:
+            raise VtreproError(f"quantization scale must be a positive finite number, got {self.scale}")
         if self.rounding not in ROUNDINGS:
             raise VtreproError(f"unknown rounding '{self.rounding}': use one of {', '.join(ROUNDINGS)}")
 
