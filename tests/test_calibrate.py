@@ -91,7 +91,7 @@ def test_command_line_saves_the_shifted_checkpoint(
     with pytest.raises(SystemExit) as exited:
         main([*args, "--cut-percent", "120", "--out", str(tmp_path / "bad")])
     assert exited.value.code == 2
-    assert "argument --cut-percent: expected a percentage between 0 and 100" in capsys.readouterr().err
+    assert "argument --cut-percent: expected a number in (0, 100)" in capsys.readouterr().err
     assert main([*args, "--out", str(out)]) == 2  # not empty
     with pytest.raises(SystemExit):
         main([*args, "--cut-percent", "60", "--target-terms", "40", "--out", str(tmp_path / "both")])

@@ -298,4 +298,4 @@ def test_search_numeric_options_are_range_checked(argv, good_index, tmp_path):
 def test_evaluate_refuses_a_zero_cutoff_before_reading_anything(tmp_path, capsys):
     code, _, stderr = run_command(evaluate_main, ["--run", tmp_path / "none", "--qrels", tmp_path / "none",
                                                "--metrics", "ndcg@10,ndcg@0"], capsys)
-    assert_one_error(code, stderr, "ndcg@0", "k >= 1")
+    assert_one_error(code, stderr, "ndcg@0", "cutoff must be >= 1")

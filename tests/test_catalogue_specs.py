@@ -155,14 +155,14 @@ OPTION_CASES = [
     ("transfer", ["--source", "m", "--out", "o", "--temperature", "nan"], "--temperature: expected a number > 0"),
     ("transfer", ["--source", "m", "--out", "o", "--seed", "-1"], "--seed: expected an integer >= 0"),
     ("transfer", ["--source", "m", "--out", "o", "--chunk-size", "0"], "--chunk-size: expected an integer >= 1"),
-    ("transfer", ["--source", "m", "--out", "o", "--leaveout", "1"], "--leaveout: expected a fraction between 0 and 1"),
-    ("transfer", ["--source", "m", "--out", "o", "--leaveout", "0"], "--leaveout: expected a number > 0"),
+    ("transfer", ["--source", "m", "--out", "o", "--leaveout", "1"], "--leaveout: expected a number in (0, 1)"),
+    ("transfer", ["--source", "m", "--out", "o", "--leaveout", "0"], "--leaveout: expected a number in (0, 1)"),
     ("transfer", ["--source", "m", "--out", "o", "--leaveout-seed", "x"], "--leaveout-seed: expected an integer >= 0"),
     ("calibrate", ["--model", "m", "--dataset", "d", "--out", "o", "--docs", "0"], "--docs: expected an integer >= 1"),
     ("calibrate", ["--model", "m", "--dataset", "d", "--out", "o", "--cut-percent", "150"],
-     "--cut-percent: expected a percentage between 0 and 100"),
+     "--cut-percent: expected a number in (0, 100)"),
     ("calibrate", ["--model", "m", "--dataset", "d", "--out", "o", "--cut-percent", "0"],
-     "--cut-percent: expected a number > 0"),
+     "--cut-percent: expected a number in (0, 100)"),
     ("calibrate", ["--model", "m", "--dataset", "d", "--out", "o", "--target-terms", "0"],
      "--target-terms: expected a number > 0"),
     ("calibrate", ["--model", "m", "--dataset", "d", "--out", "o", "--max-length", "0"],
@@ -173,7 +173,7 @@ OPTION_CASES = [
      "--batch-size: expected an integer >= 1"),
     ("calibrate", ["--model", "m", "--dataset", "d", "--out", "o", "--seed", "-1"], "--seed: expected an integer >= 0"),
     ("mlm", ["--model", "m", "--dataset", "d", "--out", "o", "--steps", "0"], "--steps: expected an integer >= 1"),
-    ("mlm", ["--model", "m", "--dataset", "d", "--out", "o", "--mask-rate", "1.5"], "--mask-rate: expected a share in (0, 1]"),
+    ("mlm", ["--model", "m", "--dataset", "d", "--out", "o", "--mask-rate", "1.5"], "--mask-rate: expected a number in (0, 1]"),
     ("mlm", ["--model", "m", "--dataset", "d", "--out", "o", "--lr", "0"], "--lr: expected a number > 0"),
     ("mlm", ["--model", "m", "--dataset", "d", "--out", "o", "--batch-size", "0"], "--batch-size: expected an integer >= 1"),
     ("mlm", ["--model", "m", "--dataset", "d", "--out", "o", "--warmup-steps", "-1"],
@@ -283,7 +283,7 @@ def test_numeric_option_out_of_range(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_numeric_option_out_of_range_from_the_shell(tmp_path: Path) -> None:
     result = run("-m", "vtrepro.calibrate", "--model", "m", "--dataset", "d", "--out", "o", "--cut-percent", "150",
                  cwd=tmp_path)
-    assert_cli_error(result, "argument --cut-percent: expected a percentage between 0 and 100")
+    assert_cli_error(result, "argument --cut-percent: expected a number in (0, 100)")
     assert not (tmp_path / "o").exists()
 
 

@@ -341,5 +341,5 @@ def test_leaveout_command_line_rejects_a_bad_fraction(splade_tiny: Path, tmp_pat
         main(["--source", str(splade_tiny), "--target-tokenizer", str(splade_tiny), "--leaveout", "1.5",
               "--out", str(tmp_path / "out")])
     assert exited.value.code == 2
-    assert "argument --leaveout: expected a fraction between 0 and 1" in capsys.readouterr().err
+    assert "argument --leaveout: expected a number in (0, 1)" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from vtrepro.cli import cli_entry, command_parser, non_negative_int, positive_float, positive_int
+from vtrepro.cli import cli_entry, command_parser, non_negative_int, open_percent, positive_float, positive_int
 from vtrepro.datasets import load_dataset
 from vtrepro.errors import VtreproError
 from vtrepro.io import read_jsonl
@@ -252,14 +252,6 @@ def run_calibration(
     return report
 
 
-def cut_percent(text: str) -> float:
-    """An argparse type: a percentage strictly between 0 and 100."""
-    value = positive_float(text)
-    if value >= 100:
-        raise argparse.ArgumentTypeError(f"expected a percentage between 0 and 100 (exclusive), got {text!r}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("calibrate", __doc__)
     parser.add_argument("--model", required=True, help="SPLADE / masked-LM checkpoint (folder or Hub id)")
@@ -270,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--docs", type=positive_int, default=DEFAULT_DOCS,
                         help="calibrate on the first N documents (default: %(default)s)")
     target = parser.add_mutually_exclusive_group()
-    target.add_argument("--cut-percent", type=cut_percent, default=None,
+    target.add_argument("--cut-percent", type=open_percent, default=None,
                         help=f"share of document x term entries pushed to <= 0, between 0 and 100 "
                              f"(default: {DEFAULT_CUT_PERCENT:g})")
     target.add_argument("--target-terms", type=positive_float, default=None,

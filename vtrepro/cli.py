@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import errno
 import functools
+import math
 import os
 import sys
-from typing import Callable
+from typing import Any, Callable
 
 from vtrepro.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, VtreproError
 
@@ -88,13 +89,23 @@ def cli_entry(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | 
     return wrapper
 
 
-def _bounded(kind: type, low: float, inclusive: bool, label: str) -> Callable[[str], int | float]:
+def number_in(kind: type, low: float, high: float = math.inf, *, low_open: bool = False,
+              high_open: bool = False) -> Callable[[str], Any]:
+    """An argparse type for a finite ``kind`` (int or float) in the interval from ``low`` to ``high``."""
+    noun = "an integer" if kind is int else "a number"
+    if high == math.inf:
+        label = f"{noun} {'>' if low_open else '>='} {low:g}"
+    else:
+        label = f"{noun} in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {label}, got {text!r}") from None
-        if value != value or value in (float("inf"), float("-inf")) or value < low or (value == low and not inclusive):
+        below = value < low or (low_open and value == low)
+        above = value > high or (high_open and value == high)
+        if not math.isfinite(value) or below or above:
             raise argparse.ArgumentTypeError(f"expected {label}, got {text!r}")
         return value
 
@@ -102,15 +113,12 @@ def _bounded(kind: type, low: float, inclusive: bool, label: str) -> Callable[[s
     return parse
 
 
-positive_int = _bounded(int, 1, True, "an integer >= 1")
-non_negative_int = _bounded(int, 0, True, "an integer >= 0")
-positive_float = _bounded(float, 0.0, False, "a number > 0")
-non_negative_float = _bounded(float, 0.0, True, "a number >= 0")
-
-
-def percent(text: str) -> float:
-    """A number in [0, 100]."""
-    value = non_negative_float(text)
-    if value > 100:
-        raise argparse.ArgumentTypeError(f"expected a percentage in 0..100, got {text!r}")
-    return value
+positive_int = number_in(int, 1)
+non_negative_int = number_in(int, 0)
+positive_float = number_in(float, 0, low_open=True)
+open_fraction = number_in(float, 0, 1, low_open=True, high_open=True)
+"""A share strictly between 0 and 1 (e.g. a leave-out fraction)."""
+share = number_in(float, 0, 1, low_open=True)
+"""A share in (0, 1] (e.g. a masking rate)."""
+open_percent = number_in(float, 0, 100, low_open=True, high_open=True)
+"""A percentage strictly between 0 and 100 (e.g. a calibration cut)."""

@@ -22,12 +22,15 @@ _TREC_MEASURES = {"ndcg": "ndcg_cut", "recall": "recall", "precision": "P", "map
 RANDOMIZATION_SAMPLES = 10_000
 
 
-def _parse_metric(metric: str) -> tuple[str, int]:
+def parse_metric(metric: str) -> tuple[str, int]:
+    """``("ndcg", 10)`` for ``"ndcg@10"``; an unknown name or a cutoff below 1 is a one-line error."""
     name, _, cutoff = metric.partition("@")
-    if name not in (*_TREC_MEASURES, "mrr") or not cutoff.isdigit() or int(cutoff) < 1:
+    if name not in (*_TREC_MEASURES, "mrr") or not cutoff.lstrip("-").isdigit():
         raise VtreproError(
-            f"unknown metric '{metric}': use name@k with k >= 1 and name one of ndcg, recall, precision, map, mrr"
+            f"unknown metric '{metric}': use name@k with name one of ndcg, recall, precision, map, mrr"
         )
+    if int(cutoff) < 1:
+        raise VtreproError(f"metric '{metric}' has cutoff {cutoff}; the cutoff must be >= 1, e.g. {name}@10")
     return name, int(cutoff)
 
 
@@ -41,7 +44,7 @@ def _top_k(run: Run, k: int) -> Run:
 
 def per_query_scores(run: Run, qrels: dict[str, dict[str, int]], metric: str) -> dict[str, float]:
     """``metric`` of every judged query (sorted ids); a query without results scores 0."""
-    name, cutoff = _parse_metric(metric)
+    name, cutoff = parse_metric(metric)
     judged_run = {qid: hits for qid, hits in run.items() if qid in qrels and hits}
     if name == "mrr":
         evaluator = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"})
@@ -118,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     metrics = tuple(args.metrics.split(","))
     for metric in metrics:
-        _parse_metric(metric)
+        parse_metric(metric)
 
     if args.qrels:
         from vtrepro.datasets import read_qrels

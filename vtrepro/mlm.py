@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from vtrepro.cli import cli_entry, command_parser, non_negative_int, positive_float, positive_int
+from vtrepro.cli import cli_entry, command_parser, non_negative_int, positive_float, positive_int, share
 from vtrepro.errors import VtreproError
 from vtrepro.training_data import dataset_or_file_texts, permutation
 from vtrepro.transfer import check_out, save_checkpoint
@@ -136,14 +136,6 @@ def run_mlm(
     return report
 
 
-def mask_rate(text: str) -> float:
-    """An argparse type: a share in (0, 1]."""
-    value = positive_float(text)
-    if value > 1:
-        raise argparse.ArgumentTypeError(f"expected a share in (0, 1], got {text!r}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("mlm", __doc__)
     parser.add_argument("--model", required=True, help="masked-LM checkpoint (folder or Hub id)")
@@ -152,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--corpus", type=Path, help="corpus file: JSONL ('text', optional 'title') or id<TAB>text TSV")
     parser.add_argument("--out", required=True, type=Path, help="output folder (must not exist or be empty)")
     parser.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps (default: %(default)s)")
-    parser.add_argument("--mask-rate", type=mask_rate, default=0.15,
+    parser.add_argument("--mask-rate", type=share, default=0.15,
                         help="share of tokens masked, in (0, 1] (default: %(default)s)")
     parser.add_argument("--max-length", type=positive_int, default=128,
                         help="tokens per text, at least 8 (default: %(default)s)")

@@ -18,7 +18,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.scalarbool import ScalarBoolean
 
 from vtrepro.errors import VtreproError
-from vtrepro.evaluate import DEFAULT_METRICS, _parse_metric
+from vtrepro.evaluate import DEFAULT_METRICS, parse_metric
 from vtrepro.io import atomic_write
 from vtrepro.transfer import INITS, SIMILARITIES
 from vtrepro.vectors import ROUNDINGS, Quantization
@@ -186,11 +186,8 @@ def metric_problem(metric: Any) -> str | None:
     """What is wrong with a metric name such as ``ndcg@10``, or None."""
     if not isinstance(metric, str):
         return f"metric {metric!r} must be a name@k string such as ndcg@10"
-    name, _, cutoff = metric.partition("@")
-    if cutoff.lstrip("-").isdigit() and int(cutoff) < 1:
-        return f"metric '{metric}' has cutoff {cutoff}; the cutoff must be >= 1, e.g. {name}@10"
     try:
-        _parse_metric(metric)
+        parse_metric(metric)
     except VtreproError as error:
         return str(error)
     return None
@@ -278,10 +275,10 @@ def load_spec(spec: str | Path) -> Spec:
     defaults = check.mapping(document, "defaults", _DEFAULT_KEYS, "defaults") if "defaults" in document else CommentedMap()
     metrics = _load_metrics(check, defaults)
     k = check.integer(defaults, "k", "defaults", minimum=1) if "k" in defaults else 1000
-    deepest = max(metrics, key=lambda metric: _parse_metric(metric)[1])
-    if _parse_metric(deepest)[1] > k:
+    deepest = max(metrics, key=lambda metric: parse_metric(metric)[1])
+    if parse_metric(deepest)[1] > k:
         raise check.fail(defaults, "k" if "k" in defaults else "metrics",
-                         f"defaults.k is {k} but {deepest} needs {_parse_metric(deepest)[1]} hits per query; "
+                         f"defaults.k is {k} but {deepest} needs {parse_metric(deepest)[1]} hits per query; "
                          "raise k or lower the cutoff")
     split = check.text(defaults, "split", "defaults") if "split" in defaults else "test"
     tolerance = _load_tolerance(check, defaults, "defaults", Tolerance())

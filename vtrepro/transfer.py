@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from vtrepro.cli import cli_entry, command_parser, non_negative_int, positive_float, positive_int
+from vtrepro.cli import cli_entry, command_parser, non_negative_int, open_fraction, positive_float, positive_int
 from vtrepro.errors import VtreproError
 from vtrepro.io import write_json
 
@@ -938,14 +938,6 @@ def make_leaveout_source(
 # ---------------------------------------------------------------------------- command line
 
 
-def leaveout_fraction(text: str) -> float:
-    """An argparse type: a share strictly between 0 and 1."""
-    value = positive_float(text)
-    if value >= 1:
-        raise argparse.ArgumentTypeError(f"expected a fraction between 0 and 1 (exclusive), got {text!r}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("transfer", __doc__)
     parser.add_argument("--source", required=True, help="masked-LM checkpoint (folder or Hub id)")
@@ -968,7 +960,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--chunk-size", type=positive_int, default=DEFAULT_CHUNK_SIZE,
                         help="target tokens per similarity chunk (default: %(default)s)")
     parser.add_argument("--model-dir", default=None, help="folder of local models for Hub ids (else $VTREPRO_MODELS)")
-    parser.add_argument("--leaveout", type=leaveout_fraction, default=None, metavar="FRACTION",
+    parser.add_argument("--leaveout", type=open_fraction, default=None, metavar="FRACTION",
                         help="leave-out experiment: first remove this seeded share (0 < FRACTION < 1) of the "
                              "source's ordinary WordPiece tokens, then transfer back onto the target")
     parser.add_argument("--leaveout-seed", type=non_negative_int, default=0, help="seed of --leaveout (default: 0)")
