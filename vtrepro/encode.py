@@ -182,6 +182,8 @@ def encode_corpus(
     (for folders the caller owns, such as a regression's artifacts).
     """
     out_dir = Path(out_dir)
+    if not replace_other_settings:
+        check_output_folder(out_dir)
     settings = {
         "model_sha256": model_fingerprint(encoder.model),
         "vocabulary_sha256": hashlib.sha256("\n".join(encoder.vocabulary).encode()).hexdigest(),
@@ -192,8 +194,6 @@ def encode_corpus(
         "sort_window": encoder.sort_window,
         "shard_size": shard_size,
     }
-    if not replace_other_settings:
-        check_output_folder(out_dir)
     shards = _finished_shards(out_dir, load_manifest(out_dir), settings, replace_other_settings)
     model_name = str(getattr(encoder.model, "name_or_path", ""))
     terms = escaped_vocabulary(encoder.vocabulary)
