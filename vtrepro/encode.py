@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import inspect
 import json
 import os
 import sys
@@ -69,7 +68,7 @@ def corpus_fingerprint(documents: Sequence) -> str:
     return digest.hexdigest()
 
 
-def check_output_folder(out_dir: str | Path) -> None:
+def check_encode_output(out_dir: str | Path) -> None:
     """Fail before any work when ``out_dir`` cannot hold an encoded corpus, without writing anything.
 
     It must be a folder (or not exist yet) in a writable place, and an existing manifest must be
@@ -183,7 +182,7 @@ def encode_corpus(
     """
     out_dir = Path(out_dir)
     if not replace_other_settings:
-        check_output_folder(out_dir)
+        check_encode_output(out_dir)
     settings = {
         "model_sha256": model_fingerprint(encoder.model),
         "vocabulary_sha256": hashlib.sha256("\n".join(encoder.vocabulary).encode()).hexdigest(),
@@ -247,24 +246,13 @@ def encode_queries(
     """Encode queries to integer vectors and write them as ``{"id", "contents", "vector"}`` lines."""
     terms = escaped_vocabulary(encoder.vocabulary)
     with _stage_progress(show_progress, len(queries), "encode queries", "query") as progress:
-        encoded = _encode_with_progress(encoder, list(queries.values()), "query", progress)
+        encoded = encoder.encode(list(queries.values()), kind="query", progress=progress)
     vectors = {
         qid: to_impact_vector(ids, weights, terms, quantization) for qid, (ids, weights) in zip(queries, encoded)
     }
     with atomic_write(path) as handle:
         for qid, text in queries.items():
             handle.write(json.dumps({"id": qid, "contents": text, "vector": vectors[qid]}, ensure_ascii=False) + "\n")
-    return vectors
-
-
-def _encode_with_progress(encoder, texts: list[str], kind: str, progress: Progress | None) -> list:
-    """``encoder.encode``, moving ``progress`` per batch; an encoder that takes no ``progress`` (the
-    instant IDF query encoder) moves it once at the end."""
-    if "progress" in inspect.signature(encoder.encode).parameters:
-        return encoder.encode(texts, kind=kind, progress=progress)
-    vectors = encoder.encode(texts, kind=kind)
-    if progress is not None:
-        progress.update(len(texts))
     return vectors
 
 
@@ -290,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.queries and not args.corpus:
         parser.error("--queries goes with --corpus (--dataset encodes the queries of --split)")
-    check_output_folder(args.output)
+    check_encode_output(args.output)
     find_model(args.model, args.model_dir)
 
     from vtrepro.datasets import load_dataset, read_corpus, read_queries

@@ -19,6 +19,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from vtrepro.errors import VtreproError
 from vtrepro.io import write_json
 from vtrepro.models import resolve_model
+from vtrepro.progress import Progress
 
 IDF_NAME = "idf.json"
 TOKENIZE_BATCH = 1000
@@ -105,8 +106,8 @@ class IdfQueryEncoder:
         write_json(Path(folder) / IDF_NAME,
                    {self.vocabulary[i]: float(self.weights[i]) for i in np.flatnonzero(self.weights)})
 
-    def encode(self, texts: Sequence[str], kind: str = "query", show_progress: bool = False) -> list[SparseVector]:
-        """Per text: (distinct token ids int64 ascending, their IDF float32 > 0)."""
+    def encode(self, texts: Sequence[str], kind: str = "query", progress: Progress | None = None) -> list[SparseVector]:
+        """Per text: (distinct token ids int64 ascending, their IDF float32 > 0); ``progress`` moves once at the end."""
         if kind != "query":
             raise VtreproError(f"IdfQueryEncoder encodes queries only (kind='query'), got kind={kind!r}")
         encoded = self.tokenizer(list(texts), add_special_tokens=False, truncation=True,
@@ -116,6 +117,8 @@ class IdfQueryEncoder:
             ids = np.unique(np.asarray(ids, dtype=np.int64))
             ids = ids[self.weights[ids] > 0]
             vectors.append((ids, self.weights[ids]))
+        if progress is not None:
+            progress.update(len(vectors))
         return vectors
 
     def dense(self, texts: Sequence[str], size: int) -> torch.Tensor:

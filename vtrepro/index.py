@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Iterable
 
-from vtrepro.cli import cli_entry, command_parser, positive_int
+from vtrepro.cli import cli_entry, command_parser, positive_int, verbose
 from vtrepro.errors import VtreproError
 from vtrepro.fingerprint import VectorSetSummary, fingerprint_files, vector_files
 from vtrepro.io import atomic_write
@@ -40,7 +40,7 @@ def _run_indexer(collection: str, input_dir: Path, index_dir: Path, threads: int
             "-index", str(staging),
             "-generator", "DefaultLuceneDocumentGenerator",
             "-threads", str(threads),
-            "-quiet",
+            *([] if verbose() else ["-quiet"]),
             *extra,
         ]
         counters = _index_with_progress(args, documents)
@@ -71,7 +71,7 @@ def _index_with_progress(args: list[str], documents: int) -> dict[str, int]:
     indexer = java_class("io.anserini.index.IndexCollection")(options)
     counters = indexer.getCounters()
     finished = threading.Event()
-    with Progress(documents, "index", "docs") as progress:
+    with Progress(documents, "index", "doc") as progress:
         def follow() -> None:
             try:
                 while not finished.wait(0.5):

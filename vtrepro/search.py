@@ -107,7 +107,7 @@ def _batched(searcher, queries: list, qids: list[str], k: int, threads: int, rem
              integer_scores: bool) -> Run:
     """Search ``SEARCH_BATCH`` queries per call, so progress moves; each query's hits do not depend on its batch."""
     run: Run = {}
-    with Progress(len(qids), "search", "queries") as progress:
+    with Progress(len(qids), "search", "query") as progress:
         for start in range(0, len(qids), SEARCH_BATCH):
             batch_ids = qids[start : start + SEARCH_BATCH]
             hits = searcher.batch_search(_java_list(queries[start : start + SEARCH_BATCH]), _java_list(batch_ids),
