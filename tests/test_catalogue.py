@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from vtrepro.cli import cli_entry
+from vtrepro.errors import VtreproError
 from vtrepro.evaluate import main as evaluate_main
 from vtrepro.index import main as index_main
 from vtrepro.search import main as search_main
@@ -174,6 +175,55 @@ def test_hidden_temporary_files_are_never_indexed(tmp_path, capsys):
     code, stdout, _ = run_command(index_main, ["--vectors", vectors, "--index", tmp_path / "index"], capsys)
     assert code == 0
     assert json.loads(stdout)["documents"] == len(GOOD)
+
+
+def test_a_rebuild_replaces_the_index_only_when_complete(previous_index, tmp_path, capsys):
+    from vtrepro.fingerprint import VectorSetSummary
+    from vtrepro.index import build_impact_index, index_stats
+
+    vectors = write_vectors(tmp_path / "vectors", [*GOOD, {"id": "d9", "vector": {"lyon": 4}}])
+    before = snapshot(previous_index)
+    wrong = VectorSetSummary("0" * 64, count=5, total_impact=25)  # the check after Anserini ran must fail
+    with pytest.raises(VtreproError, match="Anserini indexed .* the previous index at .* is kept"):
+        build_impact_index(vectors, previous_index, expected=wrong)
+    assert snapshot(previous_index) == before
+    build_impact_index(vectors, previous_index)
+    assert index_stats(previous_index)["documents"] == 4
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["index", "vectors"]
+
+
+def test_an_index_moved_aside_by_a_killed_rebuild_is_put_back(good_index, tmp_path, capsys):
+    import shutil
+
+    from vtrepro.index import build_impact_index, index_stats
+
+    abandoned = tmp_path / ".index.work-999999999"  # no such process
+    shutil.copytree(good_index, abandoned / "old")
+    (abandoned / "index").mkdir()
+    vectors = write_vectors(tmp_path / "vectors", GOOD[:2])
+    build_impact_index(vectors, tmp_path / "index")
+    assert "put back the index an interrupted rebuild had moved aside" in capsys.readouterr().err
+    assert index_stats(tmp_path / "index")["documents"] == 2
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["index", "vectors"]
+
+
+def test_bm25_skips_documents_without_text_like_pyserini(tmp_path, capsys):
+    from vtrepro.index import build_bm25_index
+
+    stats = build_bm25_index([("d1", "paris france"), ("d2", "   "), ("d3", "lyon")], tmp_path / "bm25")
+    assert stats["documents"] == 2
+    assert "1 document(s) without text not indexed" in capsys.readouterr().err
+
+
+def test_search_on_a_corrupt_index_is_one_line(tmp_path, capsys):
+    index = tmp_path / "index"
+    index.mkdir()
+    (index / "segments_1").write_bytes(b"not a lucene segments file")
+    queries = write_vectors(tmp_path / "q", [{"id": "q1", "vector": {"paris": 1}}]) / "part-00000.jsonl"
+    code, _, stderr = run_command(search_main, ["--index", index, "--queries", queries,
+                                                "--output", tmp_path / "run.trec"], capsys)
+    assert_one_error(code, stderr, str(index), "not a readable Lucene index")
+    assert not (tmp_path / "run.trec").exists()
 
 
 def test_index_does_not_replace_a_folder_that_is_not_an_index(tmp_path, capsys):

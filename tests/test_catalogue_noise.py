@@ -242,7 +242,7 @@ def test_read_only_output_folder_is_refused_before_the_model_loads(inputs, tmp_p
                      "--output", folder / "enc")
     finally:
         folder.chmod(0o755)
-    assert_one_line_error(result, str(folder), "not writable")
+    assert_one_line_error(result, str(folder), "cannot write here")
     assert not any(folder.iterdir())
 
 
@@ -252,7 +252,7 @@ def test_output_on_a_read_only_file_system_is_refused(inputs, tmp_path):
         pytest.skip("no read-only file system to write to")
     result = run("vtrepro.encode", "--model", tmp_path / "no-such-model", "--corpus", inputs / "corpus.jsonl",
                  "--output", read_only / "vtrepro-encoded")
-    assert_one_line_error(result, str(read_only), "not writable")
+    assert_one_line_error(result, str(read_only), "cannot write here")
 
 
 def test_foreign_vector_files_are_never_overwritten(inputs, tmp_path):

@@ -48,6 +48,9 @@ conditions:
 SPEC_CASES = [
     ("[ndcg@10, recall@100]", "[ndcg@10, recall@100, ndcg@0]", 3, "the cutoff must be >= 1"),
     ("[ndcg@10, recall@100]", "[ndcg@10, ndcg@-1]", 3, "the cutoff must be >= 1"),
+    ("[ndcg@10, recall@100]", "[ndcg@10, ndcg@--5]", 3, "unknown metric 'ndcg@--5'"),
+    ("  bm25:\n", "  bm 25:\n", 16, "a condition name must be a non-empty string without whitespace"),
+    ("  bm25:\n", "  bm/25:\n", 16, "or '/'"),
     ("[ndcg@10, recall@100]", "[foo@10, recall@100]", 3, "unknown metric 'foo@10'"),
     ("[ndcg@10, recall@100]", "[ndcg@10, ndcg@10]", 3, "listed twice"),
     ("metrics: [ndcg@10, recall@100]", "metrics: ndcg@10", 3, "must be a non-empty list"),

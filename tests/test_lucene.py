@@ -60,7 +60,7 @@ def test_ties_are_broken_by_document_id(impact_index):
 
 def test_non_integer_query_weight_is_rejected(impact_index):
     index, _ = impact_index
-    with pytest.raises(VtreproError, match="non-integer"):
+    with pytest.raises(VtreproError, match="must be integers"):
         search_impact(index, {"q": {"paris": 1.5}})
 
 

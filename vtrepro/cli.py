@@ -23,6 +23,7 @@ _GLOBAL_FLAGS = ("--verbose", "--debug")
 _OS_FIXES = {
     errno.ENOSPC: "free disk space (or choose another --output) and rerun",
     errno.EDQUOT: "free disk space (or choose another --output) and rerun",
+    errno.EFBIG: "the file would exceed this system's or process's file-size limit: raise it or choose another path",
     errno.EACCES: "check the permissions or choose another path",
     errno.EPERM: "check the permissions or choose another path",
     errno.EROFS: "the file system is read-only: choose another path",
@@ -63,6 +64,7 @@ def cli_entry(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | 
     def wrapper(argv: list[str] | None = None) -> int:
         argv = list(sys.argv[1:] if argv is None else argv)
         debug = "--debug" in argv
+        previous = os.environ.get(VERBOSE_ENV)
         if "--verbose" in argv:
             os.environ[VERBOSE_ENV] = "1"
         argv = [arg for arg in argv if arg not in _GLOBAL_FLAGS]
@@ -85,6 +87,11 @@ def cli_entry(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | 
             _error(f"internal error ({type(error).__name__}: {str(error).strip()[:300]}); "
                    "rerun with --debug for the traceback and report it")
             return EXIT_INTERNAL
+        finally:
+            if previous is None:
+                os.environ.pop(VERBOSE_ENV, None)
+            else:
+                os.environ[VERBOSE_ENV] = previous
 
     return wrapper
 

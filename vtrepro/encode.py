@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -23,7 +22,7 @@ from typing import Any, Sequence
 from vtrepro.cli import cli_entry, command_parser, positive_float, positive_int
 from vtrepro.errors import VtreproError
 from vtrepro.fingerprint import VectorSetSummary, fingerprint_folder
-from vtrepro.io import atomic_write, sha256_file, write_json
+from vtrepro.io import atomic_write, check_output_folder, check_writable, sha256_file, write_json
 from vtrepro.models import find_model
 from vtrepro.progress import Progress
 from vtrepro.vectors import EMPTY_DOCUMENT_TERM, ROUNDINGS, Quantization, escaped_vocabulary, to_impact_vector
@@ -78,12 +77,9 @@ def check_encode_output(out_dir: str | Path) -> None:
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise VtreproError(f"{out_dir}: is a file; --output must be a folder (new, or one encode wrote before)")
-    existing = next(folder for folder in (out_dir, *out_dir.parents) if folder.exists())
-    if not existing.is_dir():
-        raise VtreproError(f"{existing}: is a file, not a folder; choose another --output")
-    for folder in (existing, out_dir / VECTORS_DIRNAME):
-        if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
-            raise VtreproError(f"{folder}: not writable; choose another --output or make it writable")
+    check_output_folder(out_dir)
+    if (out_dir / VECTORS_DIRNAME).is_dir():
+        check_writable(out_dir / VECTORS_DIRNAME)
     if load_manifest(out_dir) is None and any((out_dir / VECTORS_DIRNAME).glob("*.jsonl")):
         raise VtreproError(
             f"{out_dir / VECTORS_DIRNAME}: holds .jsonl files but no {MANIFEST_NAME} is beside it, so encode did "

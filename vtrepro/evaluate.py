@@ -8,6 +8,7 @@ how Pyserini's published BEIR figures are computed.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -25,7 +26,7 @@ RANDOMIZATION_SAMPLES = 10_000
 def parse_metric(metric: str) -> tuple[str, int]:
     """``("ndcg", 10)`` for ``"ndcg@10"``; an unknown name or a cutoff below 1 is a one-line error."""
     name, _, cutoff = metric.partition("@")
-    if name not in (*_TREC_MEASURES, "mrr") or not cutoff.lstrip("-").isdigit():
+    if name not in (*_TREC_MEASURES, "mrr") or not re.fullmatch(r"-?[0-9]+", cutoff):
         raise VtreproError(
             f"unknown metric '{metric}': use name@k with name one of ndcg, recall, precision, map, mrr"
         )

@@ -114,17 +114,23 @@ def check_output_file(path: str | Path) -> Path:
 
 
 def check_output_folder(folder: str | Path) -> Path:
-    """Create ``folder`` if needed and fail before any work when nothing can be written in it."""
+    """Fail before any work when ``folder`` (existing, or to be created later) cannot be written; creates nothing."""
     folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise VtreproError(f"{folder}: is a file, not a folder; choose another output path")
+    existing = next(path for path in (folder, *folder.absolute().parents) if path.exists())
+    if not existing.is_dir():
+        raise VtreproError(f"{existing}: is a file, not a folder; choose another output path")
+    check_writable(existing)
+    return folder
+
+
+def check_writable(folder: str | Path) -> None:
+    """Fail when no file can be created in the existing ``folder`` (tried for real: permissions, read-only
+    file systems and root's exemptions all answer)."""
     try:
-        folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as error:
         raise VtreproError(f"{folder}: cannot write here ({error.strerror}); choose another output path") from None
-    return folder
 
 
 def sha256_file(path: str | Path) -> str:

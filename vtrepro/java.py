@@ -10,11 +10,12 @@ about ``sun.misc.Unsafe`` (Lucene on Java 23+).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from vtrepro.cli import verbose
 from vtrepro.errors import VtreproError
@@ -121,6 +122,19 @@ def _quiet_logging() -> None:
     autoclass("java.util.logging.LogManager").getLogManager().readConfiguration(config)
     level = autoclass("org.apache.logging.log4j.Level")
     autoclass("org.apache.logging.log4j.core.config.Configurator").setRootLevel(level.WARN)
+
+
+@contextlib.contextmanager
+def java_errors(what: str | Path, fix: str) -> Iterator[None]:
+    """Report a Java exception raised inside the block (through jnius) as one line about ``what``."""
+    start_jvm()
+    from jnius import JavaException
+
+    try:
+        yield
+    except JavaException as error:
+        cause = " ".join(str(error).split())[:240]
+        raise VtreproError(f"{what}: {cause}; {fix}") from None
 
 
 def java_class(name: str) -> Any:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from vtrepro.cli import cli_entry, command_parser, non_negative_int, positive_float, positive_int, share
 from vtrepro.errors import VtreproError
+from vtrepro.progress import Progress
 from vtrepro.training_data import dataset_or_file_texts, permutation
 from vtrepro.transfer import check_out, save_checkpoint
 
@@ -52,8 +53,6 @@ def train_mlm(model: Any, tokenizer: Any, texts: Sequence[str], steps: int, mask
               ) -> list[float]:
     """Train ``model`` in place for ``steps`` batches of ``texts``; returns the loss of every step."""
     import torch
-    from tqdm.auto import tqdm
-
     from vtrepro.train import lr_factor
 
     if tokenizer.mask_token_id is None:
@@ -66,7 +65,7 @@ def train_mlm(model: Any, tokenizer: Any, texts: Sequence[str], steps: int, mask
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor("linear", warmup_steps, steps))
     vocab_size = len(tokenizer)
     history = []
-    with tqdm(total=steps, unit="step", disable=not show_progress, dynamic_ncols=True) as progress:
+    with Progress(steps, "mlm", "step", enabled=show_progress) as progress:
         for step in range(steps):
             positions = range(step * batch_size, (step + 1) * batch_size)
             batch_texts = [texts[int(permutation(len(texts), seed, p // len(texts))[p % len(texts)])] for p in positions]

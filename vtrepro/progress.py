@@ -18,30 +18,38 @@ class Progress:
     """Counts the units of one stage; use as a context manager and call :meth:`update` per batch.
 
     ``initial`` units were done before (a resumed run): they count towards the total, not the rate.
+    ``enabled=False`` shows nothing (e.g. on the non-main processes of a distributed run).
     """
 
-    def __init__(self, total: int | None, desc: str, unit: str, initial: int = 0):
-        self.total, self.desc, self.unit = total, desc, unit
+    def __init__(self, total: int | None, desc: str, unit: str, initial: int = 0, enabled: bool = True):
+        self.total, self.desc, self.unit, self.enabled = total, desc, unit, enabled
         self.done = self._initial = initial
         self._started = self._logged = time.perf_counter()
         self._bar = None
-        if sys.stderr.isatty():
+        self._postfix = ""
+        if enabled and sys.stderr.isatty():
             from tqdm import tqdm
 
             self._bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True)
+
+    def set_postfix(self, **values: str) -> None:
+        """Figures shown after the count (e.g. ``loss="0.412"``): on the bar, and in the lines of a log."""
+        self._postfix = ", ".join(f"{key}={value}" for key, value in values.items())
+        if self._bar is not None:
+            self._bar.set_postfix(values, refresh=False)
 
     def update(self, count: int = 1) -> None:
         self.done += count
         if self._bar is not None:
             self._bar.update(count)
-        elif time.perf_counter() - self._logged >= LOG_INTERVAL_S:
+        elif self.enabled and time.perf_counter() - self._logged >= LOG_INTERVAL_S:
             self._logged = time.perf_counter()
             self._print(self._interim_line())
 
     def close(self, failed: bool = False) -> None:
         if self._bar is not None:
             self._bar.close()
-        elif not failed:
+        elif self.enabled and not failed:
             self._print(self._summary_line())
 
     def _rate(self) -> float:
@@ -56,12 +64,14 @@ class Progress:
         eta = ""
         if self.total is not None and rate > 0:
             eta = f", ETA {_duration((self.total - self.done) / rate)}"
-        return f"{self.desc}: {self.done}{of_total} {self.unit}{self._resumed()} ({rate:.1f} {self.unit}/s{eta})"
+        postfix = f", {self._postfix}" if self._postfix else ""
+        return f"{self.desc}: {self.done}{of_total} {self.unit}{self._resumed()} ({rate:.1f} {self.unit}/s{eta}{postfix})"
 
     def _summary_line(self) -> str:
         seconds, rate = time.perf_counter() - self._started, self._rate()
         rate_text = f" ({rate:.1f} {self.unit}/s)" if rate > 0 else ""
-        return f"{self.desc}: {self.done} {self.unit}{self._resumed()} in {seconds:.1f} s{rate_text}"
+        postfix = f"; {self._postfix}" if self._postfix else ""
+        return f"{self.desc}: {self.done} {self.unit}{self._resumed()} in {seconds:.1f} s{rate_text}{postfix}"
 
     @staticmethod
     def _print(line: str) -> None:

@@ -237,12 +237,20 @@ class ConditionRunner:
         self.model_dir, self.data_dir, self.threads = model_dir, data_dir, threads
         self._encoder = None
         self._model = None
+        self._model_error: VtreproError | None = None
 
     @property
     def model(self) -> str:
+        """The condition's model, built once; a build that failed is not retried for the next dataset."""
+        if self._model_error is not None:
+            raise self._model_error
         if self._model is None:
-            self._model = build_model(self.condition, self.output / self.condition.name, self.model_dir,
-                                      self.data_dir, self.train_root)
+            try:
+                self._model = build_model(self.condition, self.output / self.condition.name, self.model_dir,
+                                          self.data_dir, self.train_root)
+            except VtreproError as error:
+                self._model_error = error
+                raise
         return self._model
 
     @property
@@ -447,7 +455,8 @@ def environment() -> dict[str, str]:
 
 def write_report(spec: Spec, rows: list[ResultRow], timings: dict[str, float], out_dir: Path, argv: list[str],
                  interrupted: bool = False) -> None:
-    """``results.json`` and ``report.md`` in ``out_dir``, each replaced only once completely written."""
+    """``results.json`` and ``report.md`` in ``out_dir``, each replaced only once completely written;
+    ``interrupted`` marks a run stopped before every selected run finished."""
     write_json(out_dir / "results.json", {
         "spec": str(spec.path), "environment": environment(), "timings_seconds": timings, "interrupted": interrupted,
         "rows": [asdict(row) for row in rows],
@@ -551,6 +560,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(describe_plan(spec, selected, args.data_dir, args.model_dir, args.output / "train"))
         return EXIT_OK
+    out_dir = check_output_folder(args.output / spec.name)
     datasets = {}
     for condition, dataset_run in selected:  # fail on missing data or a bad training recipe before any work
         if dataset_run.name not in datasets:
@@ -567,7 +577,6 @@ def main(argv: list[str] | None = None) -> int:
         check_encoded(encoded)
     start_jvm()
 
-    out_dir = check_output_folder(args.output / spec.name)
     outcome = run_all(spec, selected, out_dir, args, argv, sources, references, datasets)
     rows = outcome.rows
     if args.record and not outcome.errors:
@@ -585,8 +594,9 @@ def main(argv: list[str] | None = None) -> int:
     okish = sum(row.status == STATUS_OKISH for row in rows)
     print(f"\n{len(rows) - len(failed) - okish} OK, {okish} OKISH, {len(failed)} not OK; report: {out_dir / 'report.md'}")
     if outcome.errors:
+        others = f"; {len(outcome.errors) - 1} more run(s) failed" if len(outcome.errors) > 1 else ""
         nothing_recorded = "; nothing was recorded into the spec" if args.record else ""
-        raise VtreproError(f"{'; '.join(outcome.errors)} (the other runs' results are in {out_dir / 'report.md'}"
+        raise VtreproError(f"{outcome.errors[0]}{others} (every run's outcome is in {out_dir / 'report.md'}"
                            f"{nothing_recorded})")
     return EXIT_MISMATCH if failed else EXIT_OK
 
@@ -604,7 +614,8 @@ class Outcome:
 def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: Path, args: argparse.Namespace,
             argv: list[str], sources: dict, references: dict, datasets: dict) -> Outcome:
     """Run every selected (condition, dataset). A run that fails on bad input or the file system is
-    recorded as an ERROR row and the others go on; on an interrupt the report of what finished is written."""
+    recorded as an ERROR row and the others go on; when anything else stops the loop (an interrupt,
+    an internal error) the report of what finished is written first."""
     outcome = Outcome()
     chosen = {(condition.name, dataset_run.name) for condition, dataset_run in selected}
     try:
@@ -638,7 +649,7 @@ def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: P
                     "vectors": {name: summary.sha256 for name, summary in observation.vectors.items()},
                 }
             outcome.rows += compare_averages(condition, observations)
-    except KeyboardInterrupt:
+    except BaseException:  # an interrupt or an internal error: keep what finished, then report the failure
         write_report(spec, outcome.rows, outcome.timings, out_dir, argv, interrupted=True)
         raise
     return outcome

@@ -16,14 +16,16 @@ from typing import Mapping
 
 from vtrepro.cli import cli_entry, command_parser, positive_int
 from vtrepro.errors import VtreproError
-from vtrepro.fingerprint import load_vectors
+from vtrepro.fingerprint import MAX_IMPACT, load_vectors
+from vtrepro.index import is_lucene_index
 from vtrepro.io import atomic_write, check_output_file, read_lines
-from vtrepro.java import java_class
+from vtrepro.java import java_class, java_errors
 from vtrepro.progress import Progress
 
 Run = dict[str, dict[str, float]]
 """qid -> {docid: score}, the shape pytrec_eval takes."""
 SEARCH_BATCH = 256
+UNREADABLE_INDEX = "not a readable Lucene index: rebuild it with 'python -m vtrepro.index'"
 
 
 def _collect(hits_by_qid, qids: list[str], k: int, remove_query_id: bool, integer_scores: bool) -> Run:
@@ -59,16 +61,17 @@ def search_impact(
     for qid in qids:
         query = hash_map()
         for term, weight in queries[qid].items():
-            if isinstance(weight, bool) or not isinstance(weight, int) or weight < 0:
-                raise VtreproError(f"query '{qid}' has a non-integer or negative weight {weight!r} for '{term}': "
-                                   "quantize query vectors")
+            if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= MAX_IMPACT:
+                raise VtreproError(f"query '{qid}' has weight {weight!r} for '{term}': weights must be integers in "
+                                   f"0..{MAX_IMPACT} (quantize query vectors)")
             query.put(term, integer(weight))
         java_queries.append(query)
     longest = max((len(vector) for vector in queries.values()), default=0)
     index_searcher = java_class("org.apache.lucene.search.IndexSearcher")
     if longest > index_searcher.getMaxClauseCount():  # dense queries (an untrained model) have thousands of terms
         index_searcher.setMaxClauseCount(longest)
-    searcher = java_class("io.anserini.search.SimpleImpactSearcher")(_checked_index(index_dir))
+    with java_errors(index_dir, UNREADABLE_INDEX):
+        searcher = java_class("io.anserini.search.SimpleImpactSearcher")(_checked_index(index_dir))
     try:
         return _batched(searcher, java_queries, qids, k, threads, remove_query_id, integer_scores=True)
     finally:
@@ -86,7 +89,8 @@ def search_bm25(
 ) -> Run:
     """BM25 search with Anserini's default analyzer."""
     qids = list(queries)
-    searcher = java_class("io.anserini.search.SimpleSearcher")(_checked_index(index_dir))
+    with java_errors(index_dir, UNREADABLE_INDEX):
+        searcher = java_class("io.anserini.search.SimpleSearcher")(_checked_index(index_dir))
     try:
         searcher.set_bm25(float(k1), float(b))
         return _batched(searcher, [queries[qid] for qid in qids], qids, k, threads, remove_query_id, integer_scores=False)
@@ -98,7 +102,7 @@ def _checked_index(index_dir: str | Path) -> str:
     """``index_dir`` as a string for Anserini, once it is known to hold a Lucene index."""
     if not Path(index_dir).is_dir():
         raise VtreproError(f"{index_dir}: no such index folder; build it with 'python -m vtrepro.index'")
-    if not any(Path(index_dir).glob("segments_*")):
+    if not is_lucene_index(index_dir):
         raise VtreproError(f"{index_dir}: not a Lucene index (no segments_N file); build it with 'python -m vtrepro.index'")
     return str(index_dir)
 

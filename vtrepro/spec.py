@@ -19,7 +19,7 @@ from ruamel.yaml.scalarbool import ScalarBoolean
 
 from vtrepro.errors import VtreproError
 from vtrepro.evaluate import DEFAULT_METRICS, parse_metric
-from vtrepro.io import atomic_write
+from vtrepro.io import atomic_write, unsafe_character
 from vtrepro.transfer import INITS, SIMILARITIES
 from vtrepro.vectors import ROUNDINGS, Quantization
 
@@ -309,6 +309,9 @@ def _load_metrics(check: _Checker, defaults: CommentedMap) -> tuple[str, ...]:
 def _load_condition(check: _Checker, parent: CommentedMap, name: str, metrics, split: str,
                     tolerance: Tolerance) -> Condition:
     where = f"condition '{name}'"
+    if not isinstance(name, str) or not name or unsafe_character(name) or "/" in name:
+        raise check.fail(parent, name, f"{where}: a condition name must be a non-empty string without whitespace, "
+                                       "control characters or '/' (it names a folder and the run's tag); rename it")
     node = check.mapping(parent, name, _CONDITION_KEYS, where)
     sources = [key for key in ("model", "transfer", "train") if key in node]
     datasets_node = node.get("datasets")

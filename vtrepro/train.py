@@ -42,6 +42,7 @@ from vtrepro import losses
 from vtrepro.cli import cli_entry, command_parser, positive_float
 from vtrepro.errors import VtreproError
 from vtrepro.io import atomic_write, read_jsonl, write_json
+from vtrepro.progress import Progress
 from vtrepro.spec import BOOLEAN_FIX, bounds_text, is_boolean, read_yaml, within
 from vtrepro.transfer import INITS, SIMILARITIES
 
@@ -1029,14 +1030,11 @@ class Trainer:
 
     def train(self) -> Path:
         """Train from the current step to the recipe's last, checkpointing; returns the final folder."""
-        from tqdm.auto import tqdm
-
         training, processes = self.training, self.processes
         log_path = self.output / LOG_NAME
         if processes.main:
             truncate_log(log_path, self.step)
-        progress = tqdm(total=training["steps"], initial=self.step, unit="step", disable=not processes.main,
-                        dynamic_ncols=True)
+        progress = Progress(training["steps"], "train", "step", initial=self.step, enabled=processes.main)
         with open(log_path, "a", encoding="utf-8") if processes.main else open(os.devnull, "w") as log:
             while self.step < training["steps"]:
                 started = time.perf_counter()
