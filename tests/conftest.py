@@ -72,3 +72,15 @@ def write_mini_beir(root: Path) -> Path:
 def mini_beir(tmp_path: Path) -> Path:
     """A data root holding beir/mini (see ``write_mini_beir``)."""
     return write_mini_beir(tmp_path)
+
+
+def assert_one_error_line(code: int, stderr: str, *fragments: str, status: int = 2) -> str:
+    """A command failed as every vtrepro command must: exit ``status``, exactly one ``error:`` line (the
+    last on stderr; argparse's starts ``<prog>: error:``) holding every fragment, and no traceback."""
+    assert code == status, stderr
+    errors = [line for line in stderr.splitlines() if "error: " in line]
+    assert len(errors) == 1 and stderr.rstrip().endswith(errors[0]), stderr
+    assert "Traceback" not in stderr
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+    return errors[0]

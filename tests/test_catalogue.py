@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import assert_one_error_line
 from vtrepro.cli import cli_entry
 from vtrepro.errors import VtreproError
 from vtrepro.evaluate import main as evaluate_main
@@ -32,13 +33,7 @@ def run_command(main, argv, capsys) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-def assert_one_error(code: int, stderr: str, *fragments: str, status: int = 2) -> None:
-    assert code == status, stderr
-    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and stderr.rstrip().endswith(errors[0]), stderr
-    assert "Traceback" not in stderr
-    for fragment in fragments:
-        assert fragment in errors[0], errors[0]
+
 
 
 def snapshot(folder: Path) -> dict[str, str]:
@@ -105,7 +100,7 @@ def test_index_refuses_silently_changed_values(case, previous_index, tmp_path, c
     vectors = write_vectors(tmp_path / "vectors", GOOD, line)
     before = snapshot(previous_index)
     code, _, stderr = run_command(index_main, ["--vectors", vectors, "--index", previous_index], capsys)
-    assert_one_error(code, stderr, "part-00000.jsonl:4", fragment)
+    assert_one_error_line(code, stderr, "part-00000.jsonl:4", fragment)
     assert snapshot(previous_index) == before
     assert sorted(path.name for path in tmp_path.iterdir()) == ["index", "vectors"]  # no staging left behind
 
@@ -130,7 +125,7 @@ def test_evaluate_refuses_what_trec_eval_would_misread(case, tmp_path, capsys):
     qrels = tmp_path / "qrels.tsv"
     qrels.write_text("query-id\tcorpus-id\tscore\nq1\td0\t1\n")
     code, _, stderr = run_command(evaluate_main, ["--run", run, "--qrels", qrels], capsys)
-    assert_one_error(code, stderr, "run.trec:2", fragment)
+    assert_one_error_line(code, stderr, "run.trec:2", fragment)
 
 
 def _mini_beir(root: Path, corpus: bytes, queries: bytes, qrels: str) -> Path:
@@ -164,7 +159,7 @@ def test_ids_anserini_cannot_carry_are_refused_at_the_source(case, tmp_path):
     spec.write_text("conditions:\n  bm25:\n    retrieval: bm25\n    datasets:\n      mini:\n")
     result = subprocess.run([sys.executable, "-m", "vtrepro.regress", "--spec", str(spec), "--data-dir", str(data),
                              "--output", str(tmp_path / "runs")], capture_output=True, text=True)
-    assert_one_error(result.returncode, result.stderr, where)
+    assert_one_error_line(result.returncode, result.stderr, where)
 
 
 # -- Class 2: nothing already written is lost --------------------------------------------------------
@@ -222,7 +217,7 @@ def test_search_on_a_corrupt_index_is_one_line(tmp_path, capsys):
     queries = write_vectors(tmp_path / "q", [{"id": "q1", "vector": {"paris": 1}}]) / "part-00000.jsonl"
     code, _, stderr = run_command(search_main, ["--index", index, "--queries", queries,
                                                 "--output", tmp_path / "run.trec"], capsys)
-    assert_one_error(code, stderr, str(index), "not a readable Lucene index")
+    assert_one_error_line(code, stderr, str(index), "not a readable Lucene index")
     assert not (tmp_path / "run.trec").exists()
 
 
@@ -232,14 +227,14 @@ def test_index_does_not_replace_a_folder_that_is_not_an_index(tmp_path, capsys):
     (keep / "thesis.tex").write_text("months of work")
     vectors = write_vectors(tmp_path / "vectors", GOOD)
     code, _, stderr = run_command(index_main, ["--vectors", vectors, "--index", keep], capsys)
-    assert_one_error(code, stderr, "notes", "not a Lucene index")
+    assert_one_error_line(code, stderr, "notes", "not a Lucene index")
     assert (keep / "thesis.tex").read_text() == "months of work"
 
 
 def test_search_refuses_a_folder_as_output_before_searching(good_index, tmp_path, capsys):
     queries = write_vectors(tmp_path / "q", [{"id": "q1", "vector": {"paris": 1}}]) / "part-00000.jsonl"
     code, _, stderr = run_command(search_main, ["--index", good_index, "--queries", queries, "--output", tmp_path], capsys)
-    assert_one_error(code, stderr, str(tmp_path), "is a folder")
+    assert_one_error_line(code, stderr, str(tmp_path), "is a folder")
 
 
 @pytest.mark.parametrize("index", ["missing", "not an index"])
@@ -249,7 +244,7 @@ def test_search_on_a_missing_or_wrong_index_keeps_the_previous_run(index, tmp_pa
     run.write_text("q1 Q0 d0 1 5.000000 earlier\n")
     folder = tmp_path / ("nope" if index == "missing" else "q")
     code, _, stderr = run_command(search_main, ["--index", folder, "--queries", queries, "--output", run], capsys)
-    assert_one_error(code, stderr, str(folder), "python -m vtrepro.index")
+    assert_one_error_line(code, stderr, str(folder), "python -m vtrepro.index")
     assert run.read_text() == "q1 Q0 d0 1 5.000000 earlier\n"
 
 
@@ -264,7 +259,7 @@ def test_regress_keeps_the_results_of_runs_that_finished(tmp_path):
     spec.write_text("conditions:\n  bm25:\n    retrieval: bm25\n    datasets:\n      mini:\n      broken:\n")
     result = subprocess.run([sys.executable, "-m", "vtrepro.regress", "--spec", str(spec), "--data-dir", str(data),
                              "--output", str(tmp_path / "runs")], capture_output=True, text=True)
-    assert_one_error(result.returncode, result.stderr, "bm25/broken", "corpus.jsonl:2", "report.md")
+    assert_one_error_line(result.returncode, result.stderr, "bm25/broken", "corpus.jsonl:2", "report.md")
     results = json.loads((tmp_path / "runs" / "spec" / "results.json").read_text())
     by_dataset = {(row["dataset"], row["metric"]): row for row in results["rows"]}
     assert by_dataset[("mini", "ndcg@10")]["observed"] == 1.0
@@ -299,7 +294,7 @@ def test_search_on_a_full_disk_keeps_the_previous_run(good_index, tmp_path, caps
                 filler.write(b"\0" * (1 << 20))
         code, _, stderr = run_command(search_main, ["--index", good_index, "--queries", queries / "part-00000.jsonl",
                                                  "--output", run], capsys)
-        assert_one_error(code, stderr, "No space left on device", "free disk space")
+        assert_one_error_line(code, stderr, "No space left on device", "free disk space")
         assert run.read_text() == "q1 Q0 d0 1 5.000000 earlier\n"
         assert sorted(path.name for path in disk.iterdir()) == ["filler", "run.trec"]
 
@@ -309,7 +304,7 @@ def test_read_only_output_folder_fails_before_any_work(good_index, tmp_path, cap
     with small_file_system(tmp_path / "ro", "64k", read_only=True) as folder:
         code, _, stderr = run_command(search_main, ["--index", good_index, "--queries", queries,
                                                  "--output", folder / "run.trec"], capsys)
-        assert_one_error(code, stderr, str(folder), "cannot write here")
+        assert_one_error_line(code, stderr, str(folder), "cannot write here")
 
 
 def test_file_size_limit_is_one_line(good_index, tmp_path):
@@ -322,7 +317,7 @@ def test_file_size_limit_is_one_line(good_index, tmp_path):
             f"sys.exit(cli_entry(main)())")
     result = subprocess.run([sys.executable, "-c", code, "--index", str(good_index), "--queries",
                              str(queries / "part-00000.jsonl"), "--output", str(run)], capture_output=True, text=True)
-    assert_one_error(result.returncode, result.stderr, "File too large")
+    assert_one_error_line(result.returncode, result.stderr, "File too large")
     assert run.read_text() == "q1 Q0 d0 1 5.000000 earlier\n"
 
 
@@ -331,7 +326,7 @@ BROKEN_COMMAND = "import sys; from vtrepro.cli import cli_entry\ndef main(argv):
 
 def test_unexpected_internal_error_is_one_line_with_a_debug_hint():
     result = subprocess.run([sys.executable, "-c", BROKEN_COMMAND], capture_output=True, text=True)
-    assert_one_error(result.returncode, result.stderr, "internal error", "ZeroDivisionError", "--debug", status=3)
+    assert_one_error_line(result.returncode, result.stderr, "internal error", "ZeroDivisionError", "--debug", status=3)
     debug = subprocess.run([sys.executable, "-c", BROKEN_COMMAND, "--debug"], capture_output=True, text=True)
     assert "Traceback" in debug.stderr and debug.returncode == 1
 
@@ -348,4 +343,4 @@ def test_search_numeric_options_are_range_checked(argv, good_index, tmp_path):
 def test_evaluate_refuses_a_zero_cutoff_before_reading_anything(tmp_path, capsys):
     code, _, stderr = run_command(evaluate_main, ["--run", tmp_path / "none", "--qrels", tmp_path / "none",
                                                "--metrics", "ndcg@10,ndcg@0"], capsys)
-    assert_one_error(code, stderr, "ndcg@0", "cutoff must be >= 1")
+    assert_one_error_line(code, stderr, "ndcg@0", "cutoff must be >= 1")

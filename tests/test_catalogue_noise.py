@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import assert_one_error_line
 from vtrepro.java import java_version
 
 DOCUMENTS = ["heart attack causes and risk factors", "protein folding in yeast cells", "heart rate variability",
@@ -38,13 +39,7 @@ def run(module: str, *args, env: dict[str, str] | None = None, timeout: float | 
 
 def assert_one_line_error(result, *fragments: str) -> str:
     code, _, stderr = result
-    assert code == 2, stderr
-    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and stderr.rstrip().endswith(errors[0]), stderr
-    assert "Traceback" not in stderr
-    for fragment in fragments:
-        assert fragment in errors[0], errors[0]
-    return errors[0]
+    return assert_one_error_line(code, stderr, *fragments)
 
 
 def write_jsonl(path: Path, records: list[dict]) -> Path:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import assert_one_error_line
+
 BM25_SPEC = """\
 conditions:
   bm25-flat:
@@ -24,12 +26,7 @@ def run(module, *args, env=None, cwd=None):
 
 def assert_one_line_error(result, *fragments):
     code, _, stderr = result
-    assert code == 2, stderr
-    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and stderr.rstrip().endswith(errors[0]), stderr
-    assert "Traceback" not in stderr
-    for fragment in fragments:
-        assert fragment in errors[0], errors[0]
+    assert_one_error_line(code, stderr, *fragments)
 
 
 def make_dataset(root: Path, corpus_lines, with_qrels=True) -> Path:

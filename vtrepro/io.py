@@ -80,7 +80,11 @@ def _decoded(raw: bytes, path: Path, line_number: int) -> str:
 
 
 def unsafe_character(text: str) -> str | None:
-    """The first whitespace or control character in an id or term (Anserini would split or mangle it), or None."""
+    """The first whitespace or control character in an id or term (Anserini would split or mangle it), or None.
+
+    This is what outside input may not hold; the encoder's own escaping (:func:`vtrepro.vectors.escape_term`)
+    is wider on purpose: it also escapes format characters, so every term it writes passes here.
+    """
     for char in text:
         if char.isspace() or unicodedata.category(char) in ("Cc", "Cs"):
             return char
