@@ -19,7 +19,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
 
-from vtrepro.transfer import transfer_vocabulary
+from vtrepro.vocabulary.transfer import transfer_vocabulary
 
 SECONDS_LIMIT = 60.0
 RSS_LIMIT_GB = 4.0

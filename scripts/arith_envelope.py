@@ -169,7 +169,10 @@ def run_path(path: ArithPath, dataset: str, work: Path, src: Path, source: dict[
     env = path_env(path, src)
     config = {"path": asdict(path), "dataset": dataset, "source": source}
     result_file, started_file = folder / "path.json", folder / "started.json"
-    same = lambda file: file.exists() and _same_run(json.loads(file.read_text()).get("config", {}), config)
+
+    def same(file: Path) -> bool:
+        return file.exists() and _same_run(json.loads(file.read_text()).get("config", {}), config)
+
     if not fresh and same(result_file):
         print(f"[{dataset} {path.key}] reusing {result_file}", file=sys.stderr)
         return json.loads(result_file.read_text())
@@ -188,7 +191,8 @@ def run_path(path: ArithPath, dataset: str, work: Path, src: Path, source: dict[
     index_out, times["index"] = run_stage("index", ["--vectors", str(folder), "--index", str(folder / "index")], env, folder, src)
     _, times["search"] = run_stage("search", ["--index", str(folder / "index"), "--queries", str(folder / "queries.jsonl"),
                                               "--output", str(folder / "run.trec")], env, folder, src)
-    eval_out, times["evaluate"] = run_stage("evaluate", ["--run", str(folder / "run.trec"), "--dataset", dataset], env, folder, src)
+    eval_out, times["evaluate"] = run_stage("evaluate", ["--run", str(folder / "run.trec"), "--dataset", dataset],
+                                            env, folder, src)
     manifest = json.loads((folder / "manifest.json").read_text())
     result = {"config": config, "probe": info, "seconds": times, "total_terms": manifest["total_terms"],
               "documents": manifest["documents"], "index_stats": json.loads(index_out.strip().splitlines()[-1]),
@@ -228,8 +232,8 @@ def compare_vectors(ref: dict[str, dict[str, int]], other: dict[str, dict[str, i
 
 
 def per_query(run_file: Path, qrels: dict, metrics: list[str]) -> dict[str, dict[str, float]]:
-    from vtrepro.evaluate import per_query_scores
-    from vtrepro.search import read_trec_run
+    from vtrepro.evaluate.trec import per_query_scores
+    from vtrepro.search.lucene import read_trec_run
 
     run = read_trec_run(run_file)
     return {metric: per_query_scores(run, qrels, metric) for metric in metrics}
@@ -246,12 +250,15 @@ def boundary_margin(value: float) -> float:
 
 
 def compare_dataset(dataset: str, results: dict[str, dict], work: Path, reference: str) -> dict[str, Any]:
-    from vtrepro.datasets import load_dataset
-    from vtrepro.search import read_trec_run
+    from vtrepro.data.beir import load_dataset
+    from vtrepro.search.lucene import read_trec_run
 
     qrels = load_dataset(dataset).qrels("test")
     metrics = list(results[reference]["scores_4dp"])
-    folder = lambda key: work / dataset / key
+
+    def folder(key: str) -> Path:
+        return work / dataset / key
+
     ref_docs = read_vectors(sorted((folder(reference) / "vectors").glob("part-*.jsonl")))
     ref_queries = read_vectors([folder(reference) / "queries.jsonl"])
     ref_run = read_trec_run(folder(reference) / "run.trec")
@@ -379,7 +386,8 @@ def main() -> int:
 
     text = [f"## CPU arithmetic envelope: {MODEL}", "",
             f"Machine: {info['cpu']}, {info['cpus']} CPUs, SIMD flags {' '.join(info['simd_flags'])}; torch {info['torch']}; "
-            f"MKL: {info['mkl']}. Package: {source['source']} at {source['commit'][:12]}. Wall time {wall // 60} min {wall % 60} s "
+            f"MKL: {info['mkl']}. Package: {source['source']} at {source['commit'][:12]}. "
+            f"Wall time {wall // 60} min {wall % 60} s "
             f"(stages of all runs, reused ones included: {stage_seconds // 60} min).",
             "", "Paths: " + "; ".join(f"`{p.key}`: " + (" ".join(f"{k}={v}" for k, v in p.env.items()) or "no ISA override")
                                       + (f", --shard-size {p.shard_size}" if p.shard_size else "") for p in paths) + ".",
@@ -394,7 +402,8 @@ def main() -> int:
     print(table)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(table)
-    raw = {"machine": info, "source": source, "wall_seconds": wall, "stage_seconds": stage_seconds, "paths": [asdict(p) | {"key": p.key} for p in paths],
+    raw = {"machine": info, "source": source, "wall_seconds": wall, "stage_seconds": stage_seconds,
+           "paths": [asdict(p) | {"key": p.key} for p in paths],
            "results": results, "comparisons": comparisons, "envelopes": envelopes,
            "pinned": {d: pinned_values(src, d) for d in datasets}}
     args.output.with_suffix(".json").write_text(json.dumps(raw, indent=2))

@@ -14,10 +14,10 @@ import argparse
 import json
 from pathlib import Path
 
-from vtrepro.datasets import load_dataset
-from vtrepro.evaluate import per_query_scores
-from vtrepro.search import read_trec_run
-from vtrepro.transfer import load_tokenizer
+from vtrepro.data.beir import load_dataset
+from vtrepro.evaluate.trec import per_query_scores
+from vtrepro.search.lucene import read_trec_run
+from vtrepro.vocabulary.transfer import load_tokenizer
 
 
 def split_scores(runs: dict[str, Path], queries: dict[str, str], qrels, held_out: set[str], tokenizer,

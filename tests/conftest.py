@@ -40,7 +40,7 @@ def splade_tiny(models_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def scifact_sample(data_dir: Path):
     """The first 60 scifact documents: small enough to encode several times in a test."""
-    from vtrepro.datasets import load_dataset
+    from vtrepro.data.beir import load_dataset
 
     return load_dataset("scifact", data_dir).corpus()[:60]
 
@@ -48,7 +48,7 @@ def scifact_sample(data_dir: Path):
 @pytest.fixture(scope="session")
 def tiny_encoder(splade_tiny: Path):
     """One loaded splade-tiny SpladeEncoder per test session."""
-    from vtrepro.encoder import SpladeEncoder
+    from vtrepro.model.splade import SpladeEncoder
 
     return SpladeEncoder(splade_tiny, max_length_doc=256)
 

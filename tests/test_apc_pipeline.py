@@ -5,10 +5,10 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-from vtrepro.calibrate import activity, pooled_logits
-from vtrepro.datasets import load_dataset
-from vtrepro.encoder import SpladeEncoder
-from vtrepro.regress import main as regress
+from vtrepro.data.beir import load_dataset
+from vtrepro.model.splade import SpladeEncoder
+from vtrepro.regress.runner import main as regress
+from vtrepro.vocabulary.calibrate import activity, pooled_logits
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,9 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-from vtrepro.calibrate import (
+from vtrepro.data.beir import load_dataset
+from vtrepro.model.splade import SpladeEncoder
+from vtrepro.vocabulary.calibrate import (
     REPORT_NAME,
     activity,
     calibrate_bias,
@@ -17,8 +19,6 @@ from vtrepro.calibrate import (
     threshold_for_cut,
     threshold_for_terms,
 )
-from vtrepro.datasets import load_dataset
-from vtrepro.encoder import SpladeEncoder
 
 DOCS = 500
 MAX_LENGTH = 128

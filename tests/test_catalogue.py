@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_one_error_line
-from vtrepro.cli import cli_entry
-from vtrepro.errors import VtreproError
-from vtrepro.evaluate import main as evaluate_main
-from vtrepro.index import main as index_main
-from vtrepro.search import main as search_main
+from vtrepro.core.cli import cli_entry
+from vtrepro.core.errors import VtreproError
+from vtrepro.evaluate.trec import main as evaluate_main
+from vtrepro.index.lucene import main as index_main
+from vtrepro.search.lucene import main as search_main
 
 GOOD = [{"id": f"d{i}", "contents": "", "vector": {"paris": i + 1, "france": 2}} for i in range(3)]
 
@@ -173,8 +173,8 @@ def test_hidden_temporary_files_are_never_indexed(tmp_path, capsys):
 
 
 def test_a_rebuild_replaces_the_index_only_when_complete(previous_index, tmp_path, capsys):
-    from vtrepro.fingerprint import VectorSetSummary
-    from vtrepro.index import build_impact_index, index_stats
+    from vtrepro.encode.fingerprint import VectorSetSummary
+    from vtrepro.index.lucene import build_impact_index, index_stats
 
     vectors = write_vectors(tmp_path / "vectors", [*GOOD, {"id": "d9", "vector": {"lyon": 4}}])
     before = snapshot(previous_index)
@@ -190,7 +190,7 @@ def test_a_rebuild_replaces_the_index_only_when_complete(previous_index, tmp_pat
 def test_an_index_moved_aside_by_a_killed_rebuild_is_put_back(good_index, tmp_path, capsys):
     import shutil
 
-    from vtrepro.index import build_impact_index, index_stats
+    from vtrepro.index.lucene import build_impact_index, index_stats
 
     abandoned = tmp_path / ".index.work-999999999"  # no such process
     shutil.copytree(good_index, abandoned / "old")
@@ -203,7 +203,7 @@ def test_an_index_moved_aside_by_a_killed_rebuild_is_put_back(good_index, tmp_pa
 
 
 def test_bm25_skips_documents_without_text_like_pyserini(tmp_path, capsys):
-    from vtrepro.index import build_bm25_index
+    from vtrepro.index.lucene import build_bm25_index
 
     stats = build_bm25_index([("d1", "paris france"), ("d2", "   "), ("d3", "lyon")], tmp_path / "bm25")
     assert stats["documents"] == 2
@@ -289,9 +289,8 @@ def test_search_on_a_full_disk_keeps_the_previous_run(good_index, tmp_path, caps
     with small_file_system(tmp_path / "disk", "64k") as disk:
         run = disk / "run.trec"
         run.write_text("q1 Q0 d0 1 5.000000 earlier\n")
-        with open(disk / "filler", "wb") as filler:
-            with contextlib.suppress(OSError):
-                filler.write(b"\0" * (1 << 20))
+        with open(disk / "filler", "wb") as filler, contextlib.suppress(OSError):
+            filler.write(b"\0" * (1 << 20))
         code, _, stderr = run_command(search_main, ["--index", good_index, "--queries", queries / "part-00000.jsonl",
                                                  "--output", run], capsys)
         assert_one_error_line(code, stderr, "No space left on device", "free disk space")
@@ -313,7 +312,7 @@ def test_file_size_limit_is_one_line(good_index, tmp_path):
     run = tmp_path / "run.trec"
     run.write_text("q1 Q0 d0 1 5.000000 earlier\n")
     limit = "import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))"
-    code = (f"{limit}; import sys; from vtrepro.cli import cli_entry; from vtrepro.search import main; "
+    code = (f"{limit}; import sys; from vtrepro.core.cli import cli_entry; from vtrepro.search.lucene import main; "
             f"sys.exit(cli_entry(main)())")
     result = subprocess.run([sys.executable, "-c", code, "--index", str(good_index), "--queries",
                              str(queries / "part-00000.jsonl"), "--output", str(run)], capture_output=True, text=True)
@@ -321,7 +320,7 @@ def test_file_size_limit_is_one_line(good_index, tmp_path):
     assert run.read_text() == "q1 Q0 d0 1 5.000000 earlier\n"
 
 
-BROKEN_COMMAND = "import sys; from vtrepro.cli import cli_entry\ndef main(argv): return 1 / 0\nsys.exit(cli_entry(main)())"
+BROKEN_COMMAND = "import sys; from vtrepro.core.cli import cli_entry\ndef main(argv): return 1 / 0\nsys.exit(cli_entry(main)())"
 
 
 def test_unexpected_internal_error_is_one_line_with_a_debug_hint():

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_one_error_line
-from vtrepro.java import java_version
+from vtrepro.core.java import java_version
 
 DOCUMENTS = ["heart attack causes and risk factors", "protein folding in yeast cells", "heart rate variability",
              "vitamin d and bone density", "cells divide by mitosis"] * 4
@@ -140,7 +140,7 @@ def test_index_and_search_are_quiet_unless_verbose(encoded, tmp_path, java_home)
 @pytest.mark.parametrize("offline_env", [{"HF_HUB_OFFLINE": "1"}, {}], ids=["HF_HUB_OFFLINE", "probe"])
 def test_unknown_hub_id_offline_fails_at_once_naming_the_folder_to_create(inputs, tmp_path, offline_env):
     if not offline_env:
-        from vtrepro.models import hub_reachable
+        from vtrepro.model.loading import hub_reachable
 
         if hub_reachable():
             pytest.skip("the Hub is reachable here: the offline path is not taken")
@@ -266,5 +266,6 @@ def test_out_of_range_options_are_refused_by_the_parser(option, value, inputs, t
     code, _, stderr = run("vtrepro.encode", "--model", "m", "--corpus", inputs / "corpus.jsonl",
                           "--output", tmp_path / "enc", option, value)
     assert code == 2 and "Traceback" not in stderr
-    assert stderr.splitlines()[-1].endswith(f"error: argument {option}: expected {'a number > 0' if option == '--scale' else 'an integer >= 1'}, got '{value}'")
+    expected = "a number > 0" if option == "--scale" else "an integer >= 1"
+    assert stderr.splitlines()[-1].endswith(f"error: argument {option}: expected {expected}, got '{value}'")
     assert not (tmp_path / "enc").exists()

@@ -5,6 +5,7 @@ error; numeric options fail in argparse (exit 2, no traceback); ``--help`` impor
 """
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -13,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_one_error_line
-from vtrepro.errors import VtreproError
-from vtrepro.spec import load_spec
-from vtrepro.train import load_recipe
+from vtrepro.__main__ import COMMANDS
+from vtrepro.core.errors import VtreproError
+from vtrepro.regress.spec import load_spec
+from vtrepro.training.train import load_recipe
 
 SPEC = """\
 defaults:
@@ -263,7 +265,7 @@ def test_invalid_recipe_value_rejected_at_load(tmp_path: Path, old: str, new: st
 def test_invalid_recipe_value_rejected_by_dry_run(tmp_path: Path) -> None:
     path = tmp_path / "recipe.yaml"
     path.write_text(edited(RECIPE, "init: topology", "init: topolgy"))
-    result = run("-m", "vtrepro.train", "--config", str(path), "--dry-run", "--output", str(tmp_path / "run"))
+    result = run("-m", "vtrepro", "train", "--config", str(path), "--dry-run", "--output", str(tmp_path / "run"))
     assert_cli_error(result, f"{path}:4: ", "init must be one of topology")
     assert not (tmp_path / "run").exists()
 
@@ -273,7 +275,7 @@ def test_invalid_recipe_value_rejected_by_dry_run(tmp_path: Path) -> None:
 def test_numeric_option_out_of_range(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
                                      module: str, args: list[str], fragment: str) -> None:
     monkeypatch.chdir(tmp_path)
-    main = __import__(f"vtrepro.{module}", fromlist=["main"]).main
+    main = importlib.import_module(COMMANDS[module][0]).main
     with pytest.raises(SystemExit) as exited:
         main(args)
     stderr = capsys.readouterr().err
@@ -282,7 +284,7 @@ def test_numeric_option_out_of_range(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_numeric_option_out_of_range_from_the_shell(tmp_path: Path) -> None:
-    result = run("-m", "vtrepro.calibrate", "--model", "m", "--dataset", "d", "--out", "o", "--cut-percent", "150",
+    result = run("-m", "vtrepro", "calibrate", "--model", "m", "--dataset", "d", "--out", "o", "--cut-percent", "150",
                  cwd=tmp_path)
     assert_cli_error(result, "argument --cut-percent: expected a number in (0, 100)")
     assert not (tmp_path / "o").exists()
@@ -290,8 +292,8 @@ def test_numeric_option_out_of_range_from_the_shell(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("module", "heavy"), HELP_CASES, ids=[case[0] for case in HELP_CASES])
 def test_help_imports_nothing_heavy(module: str, heavy: tuple[str, ...]) -> None:
-    code = (f"import sys\nfrom vtrepro.{module} import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+    code = (f"import sys\nfrom {COMMANDS[module][0]} import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
             f"print(sorted(name for name in {heavy!r} if name in sys.modules))")
     result = run("-c", code)
-    assert result.returncode == 0 and "usage: python -m vtrepro." + module in result.stdout, result.stderr
+    assert result.returncode == 0 and "usage: python -m vtrepro " + module in result.stdout, result.stderr
     assert result.stdout.rstrip().splitlines()[-1] == "[]"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_one_error_line
+from vtrepro.__main__ import COMMANDS
 
 BM25_SPEC = """\
 conditions:
@@ -20,7 +21,8 @@ conditions:
 
 def run(module, *args, env=None, cwd=None):
     full_env = {**os.environ, **(env or {})}
-    result = subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True, env=full_env, cwd=cwd)
+    result = subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
+                            env=full_env, cwd=cwd)
     return result.returncode, result.stdout, result.stderr
 
 
@@ -59,7 +61,8 @@ def test_malformed_yaml(tmp_path):
 
 
 def test_unknown_dataset(tmp_path):
-    assert_one_line_error(run("vtrepro.regress", "--spec", spec_for(tmp_path, "nosuchset"), "--data-dir", tmp_path), "unknown dataset 'nosuchset'")
+    result = run("vtrepro.regress", "--spec", spec_for(tmp_path, "nosuchset"), "--data-dir", tmp_path)
+    assert_one_line_error(result, "unknown dataset 'nosuchset'")
 
 
 def test_dataset_filter_not_in_spec(tmp_path):
@@ -113,12 +116,23 @@ def test_bm25_on_a_tiny_collection_passes_end_to_end(tmp_path):
     assert (tmp_path / "runs" / "spec" / "bm25-flat" / "mini" / "run.trec").read_text().startswith("q1 Q0 d1 1 ")
 
 
-@pytest.mark.parametrize("module", ["vtrepro.regress", "vtrepro.encode", "vtrepro.index", "vtrepro.search", "vtrepro.evaluate",
-                                    "vtrepro.transfer", "vtrepro.calibrate", "vtrepro.train", "vtrepro.mlm",
-                                    "vtrepro.export", "vtrepro.fingerprint"])
-def test_every_stage_has_help(module):
-    code, stdout, _ = run(module, "--help")
-    assert code == 0 and "usage: python -m " + module in stdout
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_command_runs_from_the_single_entry_with_help(command):
+    code, stdout, _ = run("vtrepro", command, "--help")
+    assert code == 0 and f"usage: python -m vtrepro {command}" in stdout
+
+
+@pytest.mark.parametrize("stage", ["encode", "index", "search", "evaluate", "regress"])
+def test_stage_packages_keep_their_python_m_command(stage):
+    code, stdout, _ = run(f"vtrepro.{stage}", "--help")
+    assert code == 0 and f"usage: python -m vtrepro {stage}" in stdout
+
+
+def test_the_entry_lists_every_command():
+    code, stdout, _ = run("vtrepro")
+    assert code == 0 and all(f"  {command} " in stdout for command in COMMANDS)
+    code, _, stderr = run("vtrepro", "nosuch")
+    assert code == 2 and "unknown command 'nosuch'" in stderr
 
 
 def test_unknown_training_recipe_fails_before_any_work(tmp_path):

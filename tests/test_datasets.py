@@ -14,8 +14,8 @@ from typing import Iterator
 
 import pytest
 
-from vtrepro.datasets import BEIR_DATASETS, BeirDataset, Document, data_root, load_dataset
-from vtrepro.errors import VtreproError
+from vtrepro.core.errors import VtreproError
+from vtrepro.data.beir import BEIR_DATASETS, BeirDataset, Document, data_root, load_dataset
 
 QRELS_HEADER = "query-id\tcorpus-id\tscore\n"
 

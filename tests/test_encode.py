@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from vtrepro.datasets import Document
-from vtrepro.encode import encode_corpus, encode_queries, load_manifest
-from vtrepro.errors import VtreproError
-from vtrepro.index import build_impact_index, check_against_manifest
-from vtrepro.vectors import EMPTY_DOCUMENT_TERM, Quantization
+from vtrepro.core.errors import VtreproError
+from vtrepro.data.beir import Document
+from vtrepro.encode.vectors import EMPTY_DOCUMENT_TERM, Quantization
+from vtrepro.encode.writer import encode_corpus, encode_queries, load_manifest
+from vtrepro.index.lucene import build_impact_index, check_against_manifest
 
 
 class InterruptAfter:
@@ -41,7 +41,8 @@ def shard_bytes(folder):
 def test_shards_are_json_vectors_with_integer_impacts(tmp_path, tiny_encoder, scifact_sample):
     manifest = encode_corpus(tiny_encoder, scifact_sample, tmp_path, shard_size=25, show_progress=False)
     assert manifest["complete"] and manifest["documents"] == 60 and len(manifest["shards"]) == 3
-    records = [json.loads(line) for path in sorted((tmp_path / "vectors").glob("*.jsonl")) for line in path.read_text().splitlines()]
+    records = [json.loads(line) for path in sorted((tmp_path / "vectors").glob("*.jsonl"))
+               for line in path.read_text().splitlines()]
     assert [record["id"] for record in records] == [document.doc_id for document in scifact_sample]
     assert all(isinstance(weight, int) and weight > 0 for record in records for weight in record["vector"].values())
     assert sum(sum(record["vector"].values()) for record in records) == manifest["total_terms"]
@@ -105,7 +106,8 @@ def test_documents_without_any_impact_are_still_indexed(tmp_path, tiny_encoder):
     documents = [Document("full", "", "heart attack causes"), Document("empty", "", "")]
     coarse = Quantization(scale=0.01)  # every weight rounds to 0
     manifest = encode_corpus(tiny_encoder, documents, tmp_path / "enc", coarse, show_progress=False)
-    vectors = [json.loads(line)["vector"] for line in (tmp_path / "enc" / "vectors" / "part-00000.jsonl").read_text().splitlines()]
+    shard = tmp_path / "enc" / "vectors" / "part-00000.jsonl"
+    vectors = [json.loads(line)["vector"] for line in shard.read_text().splitlines()]
     assert vectors == [{EMPTY_DOCUMENT_TERM: 1}, {EMPTY_DOCUMENT_TERM: 1}]
     stats = build_impact_index(tmp_path / "enc" / "vectors", tmp_path / "index")
     check_against_manifest(stats, manifest)
@@ -122,9 +124,9 @@ def test_queries_file_holds_integer_vectors(tmp_path, tiny_encoder):
 
 def test_progress_moves_per_batch_and_resumes_at_the_window(tmp_path, tiny_encoder, scifact_sample, capsys, monkeypatch):
     """In a log, with interim lines forced on, one line per batch of documents (not per shard), then the summary."""
-    import vtrepro.progress
+    import vtrepro.core.progress
 
-    monkeypatch.setattr(vtrepro.progress, "LOG_INTERVAL_S", 0.0)
+    monkeypatch.setattr(vtrepro.core.progress, "LOG_INTERVAL_S", 0.0)
     encoder = windowed(tiny_encoder, 16)
     encoder.batch_size = 8  # windows of 16 documents: two batches each
     with pytest.raises(KeyboardInterrupt):  # after shard 3 of 7 documents, in window 1

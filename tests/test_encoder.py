@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from vtrepro.encoder import SpladeEncoder, splade_activation
-from vtrepro.errors import VtreproError
+from vtrepro.core.errors import VtreproError
+from vtrepro.model.splade import SpladeEncoder, splade_activation
 
 MAX_LENGTH_DOC = 48
 MAX_LENGTH_QUERY = 16

@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from vtrepro.encode import encode_corpus
-from vtrepro.errors import VtreproError
-from vtrepro.fingerprint import compare_vectors, fingerprint_folder, fingerprint_vectors, load_vectors, main, vector_files
+from vtrepro.core.errors import VtreproError
+from vtrepro.encode.fingerprint import compare_vectors, fingerprint_folder, fingerprint_vectors, load_vectors, main, vector_files
+from vtrepro.encode.writer import encode_corpus
 
 
 @pytest.fixture(scope="module")

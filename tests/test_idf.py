@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from vtrepro.encode import encode_queries
-from vtrepro.errors import VtreproError
-from vtrepro.idf import IDF_NAME, IdfQueryEncoder
+from vtrepro.core.errors import VtreproError
+from vtrepro.encode.writer import encode_queries
+from vtrepro.model.idf import IDF_NAME, IdfQueryEncoder
 
 CORPUS = ["the cat sat on the mat", "the dog ran", "a cat and a dog"]
 NDCG_FLOOR = 0.60  # measured 0.6556 (splade-tiny with its own queries: 0.6473, BM25: 0.6789)
@@ -86,13 +86,13 @@ def test_inference_free_model_trains_indexes_and_evaluates_on_scifact(tmp_path: 
     """Train the document side briefly with IDF queries, then encode, index, search and score scifact test."""
     import yaml
 
-    from vtrepro.datasets import load_dataset
-    from vtrepro.encode import encode_corpus
-    from vtrepro.encoder import SpladeEncoder
-    from vtrepro.evaluate import evaluate_run
-    from vtrepro.index import build_impact_index
-    from vtrepro.search import search_impact
-    from vtrepro.train import LOG_NAME, load_recipe, run_recipe
+    from vtrepro.data.beir import load_dataset
+    from vtrepro.encode.writer import encode_corpus
+    from vtrepro.evaluate.trec import evaluate_run
+    from vtrepro.index.lucene import build_impact_index
+    from vtrepro.model.splade import SpladeEncoder
+    from vtrepro.search.lucene import search_impact
+    from vtrepro.training.train import LOG_NAME, load_recipe, run_recipe
 
     recipe = {
         "model": str(splade_tiny),

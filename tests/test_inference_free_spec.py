@@ -4,8 +4,8 @@ import shutil
 
 from transformers import AutoTokenizer
 
-from vtrepro.idf import IdfQueryEncoder
-from vtrepro.regress import main as regress
+from vtrepro.model.idf import IdfQueryEncoder
+from vtrepro.regress.runner import main as regress
 
 
 def test_inference_free_condition_runs_end_to_end(tmp_path, splade_tiny, mini_beir):

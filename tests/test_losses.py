@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from vtrepro import losses
-from vtrepro.train import lr_factor
+from vtrepro.training import losses
+from vtrepro.training.schedule import lr_factor
 
 QUERIES = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
 # Groups of two per query, positive first: q0 -> [1, 0] (score 1), [0, 1] (0); q1 -> [0, 2] (2), [1, 0] (0).

@@ -3,11 +3,11 @@ import json
 
 import pytest
 
-from vtrepro.errors import VtreproError
-from vtrepro.evaluate import evaluate_run
-from vtrepro.index import build_bm25_index, build_impact_index, index_stats
-from vtrepro.search import read_trec_run, search_bm25, search_impact, write_trec_run
-from vtrepro.vectors import EMPTY_DOCUMENT_TERM, escape_term
+from vtrepro.core.errors import VtreproError
+from vtrepro.encode.vectors import EMPTY_DOCUMENT_TERM, escape_term
+from vtrepro.evaluate.trec import evaluate_run
+from vtrepro.index.lucene import build_bm25_index, build_impact_index, index_stats
+from vtrepro.search.lucene import read_trec_run, search_bm25, search_impact, write_trec_run
 
 DOCS = {
     "d1": {"paris": 30, "france": 20, escape_term("new york"): 5},
@@ -102,7 +102,7 @@ def test_native_code_keeps_the_main_thread_stack_after_the_jvm_starts():
     import subprocess
     import sys
 
-    code = ("import sys; from vtrepro.java import start_jvm; start_jvm(); sys.setrecursionlimit(10**6); x = []\n"
+    code = ("import sys; from vtrepro.core.java import start_jvm; start_jvm(); sys.setrecursionlimit(10**6); x = []\n"
             "for _ in range(30000): x = [x]\n"
             "print(len(repr(x)))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

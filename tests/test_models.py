@@ -7,8 +7,8 @@ import huggingface_hub.constants
 import pytest
 import torch
 
-from vtrepro.errors import VtreproError
-from vtrepro.models import MODELS_ENV, load_masked_lm, resolve_model
+from vtrepro.core.errors import VtreproError
+from vtrepro.model.loading import MODELS_ENV, load_masked_lm, resolve_model
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ import pytest
 from ruamel.yaml import YAML
 
 from conftest import write_mini_beir
-from vtrepro.bundle import checksum_path
-from vtrepro.cli import cli_entry
-from vtrepro.export import main as export_main
-from vtrepro.regress import main as regress_main
+from vtrepro.core.cli import cli_entry
+from vtrepro.regress.bundle import checksum_path
+from vtrepro.regress.export import main as export_main
+from vtrepro.regress.runner import main as regress_main
 
 regress = cli_entry(regress_main)
 export = cli_entry(export_main)

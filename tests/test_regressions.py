@@ -1,13 +1,12 @@
 """The shipped specs, run for real on ../shared: BM25 baselines and splade-tiny end to end."""
 import json
-from pathlib import Path
 
 import pytest
 
-from vtrepro.encode import load_manifest
-from vtrepro.regress import main as regress
-from vtrepro.search import read_query_vectors, read_trec_run
-from vtrepro.spec import REGRESSIONS_DIR
+from vtrepro.encode.writer import load_manifest
+from vtrepro.regress.runner import main as regress
+from vtrepro.regress.spec import REGRESSIONS_DIR
+from vtrepro.search.lucene import read_query_vectors, read_trec_run
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +41,7 @@ def test_splade_tiny_matches_its_pinned_scores(splade_tiny_run):
 
 def test_an_exported_bundle_reproduces_every_figure_exactly(splade_tiny_run, tmp_path):
     """The encoded vectors travel as a checksummed bundle; from them every figure is reproduced exactly."""
-    from vtrepro.export import main as export
+    from vtrepro.regress.export import main as export
 
     args, out_dir, _ = splade_tiny_run
     bundle = tmp_path / "splade_tiny.tar"

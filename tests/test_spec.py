@@ -3,8 +3,8 @@ import textwrap
 
 import pytest
 
-from vtrepro.errors import VtreproError
-from vtrepro.spec import REGRESSIONS_DIR, find_spec, load_spec, record_observed
+from vtrepro.core.errors import VtreproError
+from vtrepro.regress.spec import REGRESSIONS_DIR, find_spec, load_spec, record_observed
 
 VALID = """\
 # a comment that must survive --record
@@ -50,7 +50,8 @@ def test_valid_spec_loads_with_defaults(tmp_path):
         (VALID.replace("    retrieval: bm25\n", "    retrieval: bm25\n    modle: x\n"), r"spec\.yaml:8: unknown key 'modle'"),
         (VALID.replace("{ndcg@10: 0.6789, recall@100: null}", "{ndcg@10: high}"), r"spec\.yaml:11: .*must be a number"),
         (VALID.replace("{ndcg@10: 0.6789}", "{map@100: 0.1}"), r"spec\.yaml:12: unknown key 'map@100'"),
-        (VALID.replace("rounding: half-up", "rounding: nearest"), r"spec\.yaml:16: .*rounding must be one of half-even, half-up, truncate, got 'nearest'"),
+        (VALID.replace("rounding: half-up", "rounding: nearest"),
+         r"spec\.yaml:16: .*rounding must be one of half-even, half-up, truncate, got 'nearest'"),
         (VALID.replace("    model: splade-tiny\n", ""), r"spec\.yaml:13: .*needs 'retrieval: bm25', a 'model', a 'transfer'"),
         (VALID.replace("    model: splade-tiny\n", "    model: splade-tiny\n    train: splade_tiny_nfcorpus\n"),
          r"spec\.yaml:15: .*takes one of 'model', 'transfer' and 'train', not model and train"),
@@ -66,7 +67,8 @@ def test_valid_spec_loads_with_defaults(tmp_path):
          r"spec\.yaml:15: unknown key 'total' in condition 'tiny'\.tolerance"),
         (VALID.replace("      nfcorpus:\n", "      nfcorpus:\n        vectors: {corpus: abc}\n"),
          r"spec\.yaml:19: .*vectors\.corpus must be a 64-digit lowercase hex sha256"),
-        (VALID.replace("        reference: {ndcg@10: 0.6789}\n", "        reference: {ndcg@10: 0.6789}\n        vectors: {corpus: null}\n"),
+        (VALID.replace("        reference: {ndcg@10: 0.6789}\n",
+                       "        reference: {ndcg@10: 0.6789}\n        vectors: {corpus: null}\n"),
          r"spec\.yaml:13: .*BM25 runs have no vectors"),
         (VALID.replace("      nfcorpus:\n", "      nfcorpus:\n        encoded: {corpus: nowhere, queries: q.jsonl}\n"),
          r"spec\.yaml:19: .*encoded\.corpus: .*nowhere does not exist"),
@@ -129,7 +131,7 @@ def test_missing_spec_is_an_error():
 
 
 def test_shipped_specs_are_found_by_name_and_valid():
-    from vtrepro.train import load_recipe
+    from vtrepro.training.train import load_recipe
 
     assert load_spec("beir_bm25_flat").conditions[0].name == "bm25-flat"
     for path in sorted(REGRESSIONS_DIR.glob("*.yaml")):
@@ -141,7 +143,8 @@ def test_shipped_specs_are_found_by_name_and_valid():
 def test_record_keeps_comments_and_order(tmp_path):
     path = write(tmp_path, VALID)
     record_observed(path, {
-        ("bm25-flat", "scifact"): {"scores": {"ndcg@10": 0.6789, "recall@100": 0.9253}, "index": {"documents": 5183, "total_terms": 838128}},
+        ("bm25-flat", "scifact"): {"scores": {"ndcg@10": 0.6789, "recall@100": 0.9253},
+                                   "index": {"documents": 5183, "total_terms": 838128}},
         ("tiny", "nfcorpus"): {"scores": {"ndcg@10": 0.25, "recall@100": 0.2}, "index": {"documents": 3633, "total_terms": 9}},
     })
     text = path.read_text()

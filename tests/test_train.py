@@ -16,24 +16,24 @@ import pytest
 import torch
 import yaml
 
-from vtrepro.datasets import load_dataset
-from vtrepro.errors import VtreproError
-from vtrepro.io import read_jsonl
-from vtrepro.train import (
-    LOG_NAME,
-    MaxPooledProjection,
-    SpladeModel,
-    load_recipe,
-    main,
-    run_recipe,
-)
-from vtrepro.training_data import (
+from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import read_jsonl
+from vtrepro.data.beir import load_dataset
+from vtrepro.training.data import (
     PairTrainingSet,
     TriplesTrainingSet,
     batch_examples,
     msmarco_training_set,
     read_teacher_scores,
     with_teacher,
+)
+from vtrepro.training.train import (
+    LOG_NAME,
+    MaxPooledProjection,
+    SpladeModel,
+    load_recipe,
+    main,
+    run_recipe,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -102,8 +102,8 @@ def test_paper_recipe_dry_run_prints_plan_and_cost(capsys, monkeypatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert main(["--config", str(RECIPES / "modernbert_vt.yaml"), "--dry-run"]) == 0
     plan = capsys.readouterr().out
-    for expected in ("1. transfer answerdotai/ModernBERT-base", "python -m vtrepro.transfer", "2. mlm",
-                     "python -m vtrepro.mlm", "3. calibrate", "--cut-percent 60", "4. train SPLADE",
+    for expected in ("1. transfer answerdotai/ModernBERT-base", "python -m vtrepro transfer", "2. mlm",
+                     "python -m vtrepro mlm", "3. calibrate", "--cut-percent 60", "4. train SPLADE",
                      "margin_mse", "modernbert", "GPU-hours", "PFLOP"):
         assert expected in plan, expected
 
@@ -111,7 +111,7 @@ def test_paper_recipe_dry_run_prints_plan_and_cost(capsys, monkeypatch) -> None:
 def test_paper_recipe_fails_with_one_line_naming_the_missing_model(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     result = subprocess.run(
-        [sys.executable, "-m", "vtrepro.train", "--config", str(RECIPES / "modernbert_vt.yaml"),
+        [sys.executable, "-m", "vtrepro", "train", "--config", str(RECIPES / "modernbert_vt.yaml"),
          "--output", str(tmp_path / "run"), "--model-dir", str(tmp_path)],
         capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, cwd=REPO, timeout=120)
     assert result.returncode == 2
@@ -279,8 +279,8 @@ def test_flops_regularization_lowers_active_terms(tmp_path, splade_tiny, nfcorpu
 
 
 def test_mlm_adaptation_lowers_loss_and_saves_a_loadable_model(tmp_path, splade_tiny, data_dir) -> None:
-    from vtrepro.encoder import SpladeEncoder
-    from vtrepro.mlm import run_mlm
+    from vtrepro.model.splade import SpladeEncoder
+    from vtrepro.training.mlm import run_mlm
 
     report = run_mlm(splade_tiny, tmp_path / "mlm", dataset="scifact", data_dir=data_dir, steps=12, max_length=64,
                      lr=1e-3, batch_size=8, max_texts=16, seed=3)
@@ -292,7 +292,7 @@ def test_mlm_adaptation_lowers_loss_and_saves_a_loadable_model(tmp_path, splade_
 
 
 def _train_command(config: Path, output: Path) -> list[str]:
-    return [sys.executable, "-m", "vtrepro.train", "--config", str(config), "--output", str(output)]
+    return [sys.executable, "-m", "vtrepro", "train", "--config", str(config), "--output", str(output)]
 
 
 @pytest.mark.slow

@@ -4,8 +4,8 @@ import json
 import pytest
 from ruamel.yaml import YAML
 
-from vtrepro.errors import VtreproError
-from vtrepro.regress import main as regress
+from vtrepro.core.errors import VtreproError
+from vtrepro.regress.runner import main as regress
 
 TRIPLES = [("what causes heart attacks", "heart attack causes and risk factors", "protein folding in yeast cells"),
            ("yeast protein folding", "protein folding in yeast cells", "heart rate")]

@@ -21,11 +21,11 @@ from transformers import (
     RobertaForMaskedLM,
 )
 
-from vtrepro.datasets import load_dataset
-from vtrepro.encoder import SpladeEncoder
-from vtrepro.errors import VtreproError
-from vtrepro.models import load_masked_lm
-from vtrepro.transfer import (
+from vtrepro.core.errors import VtreproError
+from vtrepro.data.beir import load_dataset
+from vtrepro.model.loading import load_masked_lm
+from vtrepro.model.splade import SpladeEncoder
+from vtrepro.vocabulary.transfer import (
     INITS,
     REPORT_NAME,
     decode_byte_level,

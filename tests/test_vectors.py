@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from vtrepro.errors import VtreproError
-from vtrepro.vectors import (
+from vtrepro.core.errors import VtreproError
+from vtrepro.encode.vectors import (
     EMPTY_DOCUMENT_TERM,
     Quantization,
     escape_term,

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
 import numpy as np
 
-from vtrepro.cli import cli_entry, command_parser, non_negative_int, positive_int
-from vtrepro.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
+from vtrepro.core.cli import cli_entry, command_parser, non_negative_int, positive_int
+from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
 
 # torch and the encoders (transformers) are imported where they are used, on purpose: `--help` and
 # argument errors stay fast.
@@ -60,6 +60,7 @@ class Agreement:
         return self.identical_quantized / self.documents if self.documents else 1.0
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser("bench", __doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -82,9 +83,9 @@ def bench_encode(model: str, dataset: str, data_dir: str | None, limit: int, bat
     """Time both encoders on the same documents, print throughput and vector agreement."""
     from sentence_transformers import SparseEncoder
 
-    from vtrepro.datasets import load_dataset
-    from vtrepro.encoder import SpladeEncoder
-    from vtrepro.models import resolve_model
+    from vtrepro.data.beir import load_dataset
+    from vtrepro.model.loading import resolve_model
+    from vtrepro.model.splade import SpladeEncoder
 
     documents = load_dataset(dataset, data_dir).corpus()
     texts = [document.contents for document in (documents[:limit] if limit else documents)]
@@ -200,4 +201,4 @@ def _cpu_model() -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(cli_entry(main)())
+    sys.exit(main())

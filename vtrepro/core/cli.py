@@ -1,0 +1,131 @@
+"""What every command shares: the entry wrapper, range-checked argument types, verbosity.
+
+Every ``python -m vtrepro <command>`` runs through :func:`cli_entry`, which turns each failure a user
+can cause into one ``error:`` line (exit 2): a :class:`VtreproError`, an OS-level failure (missing
+path, permissions, full disk) or an interrupt. Anything else is an internal error: one line, exit 3,
+and a hint to rerun with ``--debug`` for the traceback. ``--verbose`` lets third-party logs through
+(Lucene, transformers, Java warnings), which are otherwise silenced.
+"""
+from __future__ import annotations
+
+import argparse
+import errno
+import functools
+import math
+import os
+import sys
+from typing import Any, Callable
+
+from vtrepro.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, VtreproError
+
+VERBOSE_ENV = "VTREPRO_VERBOSE"
+_GLOBAL_FLAGS = ("--verbose", "--debug")
+_OS_FIXES = {
+    errno.ENOSPC: "free disk space (or choose another --output) and rerun",
+    errno.EDQUOT: "free disk space (or choose another --output) and rerun",
+    errno.EFBIG: "the file would exceed this system's or process's file-size limit: raise it or choose another path",
+    errno.EACCES: "check the permissions or choose another path",
+    errno.EPERM: "check the permissions or choose another path",
+    errno.EROFS: "the file system is read-only: choose another path",
+    errno.ENOENT: "check the path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder: check the path",
+    errno.EISDIR: "the path is a folder: give a file path",
+}
+
+
+def verbose() -> bool:
+    """Whether third-party logs and progress bars should be shown (``--verbose``)."""
+    return os.environ.get(VERBOSE_ENV) == "1"
+
+
+def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
+    """An argument parser for ``python -m vtrepro <prog>`` that documents the global flags."""
+    parser = argparse.ArgumentParser(prog=f"python -m vtrepro {prog}", description=(doc or "").splitlines()[0])
+    parser.add_argument("--verbose", action="store_true", help="show third-party logs (Lucene, transformers, Java)")
+    parser.add_argument("--debug", action="store_true", help="print the full traceback of an internal error")
+    return parser
+
+
+def os_error_message(error: OSError) -> str:
+    """One line for an OS-level failure: the path, what happened and what to do."""
+    where = f"{error.filename}: " if error.filename else ""
+    fix = _OS_FIXES.get(error.errno or 0, "check the path and rerun")
+    return f"{where}{error.strerror or error}; {fix}"
+
+
+def _error(message: str) -> None:
+    print(f"error: {' '.join(message.split())}", file=sys.stderr)
+
+
+def cli_entry(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
+    """Wrap a command's ``main(argv)``: every failure becomes one ``error:`` line and an exit status."""
+
+    @functools.wraps(main)
+    def wrapper(argv: list[str] | None = None) -> int:
+        argv = list(sys.argv[1:] if argv is None else argv)
+        debug = "--debug" in argv
+        previous = os.environ.get(VERBOSE_ENV)
+        if "--verbose" in argv:
+            os.environ[VERBOSE_ENV] = "1"
+        argv = [arg for arg in argv if arg not in _GLOBAL_FLAGS]
+        try:
+            return main(argv)
+        except VtreproError as error:
+            _error(str(error))
+            return EXIT_BAD_INPUT
+        except KeyboardInterrupt:
+            _error("interrupted; files already finished are kept (encode and train resume where they stopped)")
+            return 130
+        except OSError as error:
+            if debug:
+                raise
+            _error(os_error_message(error))
+            return EXIT_BAD_INPUT
+        except Exception as error:  # noqa: BLE001 - the last line of defence: one line, trace on --debug
+            if debug:
+                raise
+            _error(f"internal error ({type(error).__name__}: {str(error).strip()[:300]}); "
+                   "rerun with --debug for the traceback and report it")
+            return EXIT_INTERNAL
+        finally:
+            if previous is None:
+                os.environ.pop(VERBOSE_ENV, None)
+            else:
+                os.environ[VERBOSE_ENV] = previous
+
+    return wrapper
+
+
+def number_in(kind: type, low: float, high: float = math.inf, *, low_open: bool = False,
+              high_open: bool = False) -> Callable[[str], Any]:
+    """An argparse type for a finite ``kind`` (int or float) in the interval from ``low`` to ``high``."""
+    noun = "an integer" if kind is int else "a number"
+    if high == math.inf:
+        label = f"{noun} {'>' if low_open else '>='} {low:g}"
+    else:
+        label = f"{noun} in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {label}, got {text!r}") from None
+        below = value < low or (low_open and value == low)
+        above = value > high or (high_open and value == high)
+        if not math.isfinite(value) or below or above:
+            raise argparse.ArgumentTypeError(f"expected {label}, got {text!r}")
+        return value
+
+    parse.__name__ = label
+    return parse
+
+
+positive_int = number_in(int, 1)
+non_negative_int = number_in(int, 0)
+positive_float = number_in(float, 0, low_open=True)
+open_fraction = number_in(float, 0, 1, low_open=True, high_open=True)
+"""A share strictly between 0 and 1 (e.g. a leave-out fraction)."""
+share = number_in(float, 0, 1, low_open=True)
+"""A share in (0, 1] (e.g. a masking rate)."""
+open_percent = number_in(float, 0, 100, low_open=True, high_open=True)
+"""A percentage strictly between 0 and 100 (e.g. a calibration cut)."""

@@ -1,0 +1,392 @@
+"""BEIR datasets: locate, download if missing, and read corpus, queries and qrels with line-checked errors.
+
+A dataset folder holds ``corpus.jsonl[.gz]``, ``queries.jsonl[.gz]`` and ``qrels/<split>.tsv``
+(header ``query-id<TAB>corpus-id<TAB>score``). A split's queries are those its qrels name,
+as with BEIR's ``GenericDataLoader(...).load(split=...)``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import atomic_write, read_jsonl, read_lines, unsafe_character
+
+CQADUPSTACK_FORESTS: tuple[str, ...] = (
+    "android", "english", "gaming", "gis", "mathematica", "physics",
+    "programmers", "stats", "tex", "unix", "webmasters", "wordpress",
+)
+BEIR_DATASETS: tuple[str, ...] = (
+    "trec-covid", "bioasq", "nfcorpus", "nq", "hotpotqa", "fiqa", "signal1m", "trec-news",
+    "robust04", "arguana", "webis-touche2020",
+    *(f"cqadupstack/{forest}" for forest in CQADUPSTACK_FORESTS),
+    "quora", "dbpedia-entity", "scidocs", "fever", "climate-fever", "scifact", "msmarco",
+)
+# BEIR lists these but may not redistribute them; users build them from the original sources.
+NOT_REDISTRIBUTED: frozenset[str] = frozenset({"bioasq", "signal1m", "trec-news", "robust04"})
+
+BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{}.zip"
+HF_API_URL = "https://huggingface.co/api/datasets/{}"
+DOWNLOAD_TIMEOUT_S = 10.0
+REQUIRED_FILES = "corpus.jsonl[.gz], queries.jsonl[.gz], qrels/test.tsv"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One corpus entry."""
+
+    doc_id: str
+    title: str
+    text: str
+
+    @property
+    def contents(self) -> str:
+        """Indexed text as Pyserini builds it for BEIR: title + " " + text, or just text without a title."""
+        return f"{self.title} {self.text}" if self.title else self.text
+
+
+@dataclass(frozen=True)
+class BeirDataset:
+    """A BEIR-layout folder on disk; every read re-parses the files."""
+
+    name: str
+    path: Path
+
+    def corpus(self) -> list[Document]:
+        """All documents in file order; a repeated ``_id`` is an error."""
+        return read_corpus(self._data_file("corpus"))
+
+    def queries(self, split: str = "test") -> dict[str, str]:
+        """Texts of the queries named in ``qrels/<split>.tsv``, in queries-file order."""
+        qrels_path = self._qrels_file(split)
+        wanted: dict[str, int] = {}
+        for line, query_id, _, _ in _qrels_rows(qrels_path):
+            wanted.setdefault(query_id, line)
+        path = self._data_file("queries")
+        queries = {qid: text for qid, text in read_queries(path).items() if qid in wanted}
+        missing = [query_id for query_id in wanted if query_id not in queries]
+        if missing:
+            raise VtreproError(
+                f"{qrels_path}:{wanted[missing[0]]}: query id '{missing[0]}' has no entry in {path} "
+                f"({len(missing)} qrels query id(s) missing); add the queries or remove their qrels rows"
+            )
+        return queries
+
+    def qrels(self, split: str = "test") -> dict[str, dict[str, int]]:
+        """``{query_id: {doc_id: score}}`` from ``qrels/<split>.tsv``; a repeated pair keeps the last score."""
+        return read_qrels(self._qrels_file(split))
+
+    def splits(self) -> list[str]:
+        """Names of the splits with a ``qrels/<split>.tsv`` file, sorted."""
+        return sorted(path.stem for path in (self.path / "qrels").glob("*.tsv") if path.is_file())
+
+    def _data_file(self, stem: str) -> Path:
+        path = _jsonl_file(self.path, stem)
+        if path is None:
+            raise VtreproError(
+                f"{self.path}: no {stem}.jsonl or {stem}.jsonl.gz; a BEIR folder needs {REQUIRED_FILES}"
+            )
+        return path
+
+    def _qrels_file(self, split: str) -> Path:
+        path = self.path / "qrels" / f"{split}.tsv"
+        if not path.is_file():
+            available = ", ".join(self.splits()) or "none"
+            raise VtreproError(f"{path}: qrels file not found for split '{split}'; available splits: {available}")
+        return path
+
+
+def _unique_records(path: Path, kind: str) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """``(line, id, record)`` for each JSONL line; a repeated id is an error naming both lines."""
+    first_line: dict[str, int] = {}
+    for line, record in read_jsonl(path):
+        record_id = _id_field(record, path, line)
+        if record_id in first_line:
+            raise VtreproError(
+                f"{path}:{line}: duplicate {kind} id '{record_id}' (first seen on line {first_line[record_id]}); remove one"
+            )
+        first_line[record_id] = line
+        yield line, record_id, record
+
+
+def _body_field(record: dict[str, Any], path: Path, line: int) -> str:
+    """The text: BEIR's ``text``, or Pyserini's ``contents`` when there is no ``text``."""
+    key = "text" if "text" in record or "contents" not in record else "contents"
+    return _text_field(record, key, path, line, required=True)
+
+
+def read_corpus(path: str | Path) -> list[Document]:
+    """Documents of a JSONL corpus (BEIR ``_id/title/text`` or Pyserini ``id/contents``), in file order."""
+    path = Path(path)
+    return [
+        Document(doc_id, _text_field(record, "title", path, line, required=False), _body_field(record, path, line))
+        for line, doc_id, record in _unique_records(path, "document")
+    ]
+
+
+def read_queries(path: str | Path) -> dict[str, str]:
+    """``{query_id: text}`` of a JSONL queries file (``_id|id`` and ``text|contents``), in file order."""
+    path = Path(path)
+    return {query_id: _body_field(record, path, line) for line, query_id, record in _unique_records(path, "query")}
+
+
+def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
+    """``{query_id: {doc_id: score}}`` from a BEIR TSV or TREC 4-column qrels file; a repeated pair keeps the last."""
+    path = Path(path)
+    if not path.is_file():
+        raise VtreproError(f"{path}: qrels file not found")
+    qrels: dict[str, dict[str, int]] = {}
+    for _, query_id, doc_id, score in _qrels_rows(path):
+        qrels.setdefault(query_id, {})[doc_id] = score
+    return qrels
+
+
+def data_root(data_dir: str | Path | None = None) -> Path | None:
+    """The data root: ``data_dir`` (``--data-dir``), else ``$VTREPRO_DATA``, else None."""
+    value = data_dir or os.environ.get("VTREPRO_DATA")
+    return Path(value).expanduser() if value else None
+
+
+def load_dataset(
+    name_or_path: str | Path, data_dir: str | Path | None = None, download: bool = True
+) -> BeirDataset:
+    """Open a dataset by folder path or BEIR name, downloading a public BEIR dataset when missing.
+
+    A Path, a string starting with "/", "." or "~", or an existing folder holding a corpus is a path.
+    A name is looked up as ``<root>/beir/<name>`` then ``<root>/<name>`` (root from :func:`data_root`),
+    or in ``~/.cache/vtrepro/beir/<name>`` when no root is set; downloads go to ``<root>/beir/``
+    or that cache.
+    """
+    if isinstance(name_or_path, Path) or _looks_like_path(name_or_path):
+        return _open_folder(Path(name_or_path).expanduser())
+    name = name_or_path.strip().strip("/")
+    if name == "cqadupstack":
+        raise VtreproError(
+            "cqadupstack is split into forests; use one of "
+            + ", ".join(f"cqadupstack/{forest}" for forest in CQADUPSTACK_FORESTS)
+        )
+    root = data_root(data_dir)
+    cache = root / "beir" if root is not None else Path.home() / ".cache" / "vtrepro" / "beir"
+    candidates = [cache / name, root / name] if root is not None else [cache / name]
+    if _NAME.fullmatch(name):
+        for folder in candidates:
+            if _jsonl_file(folder, "corpus") is not None:
+                return BeirDataset(name, folder)
+    searched = " or ".join(str(folder.parent) for folder in candidates)
+    if name not in BEIR_DATASETS:
+        raise VtreproError(
+            f"unknown dataset '{name}': not found under {searched} and not a BEIR dataset; "
+            f"known: {_known_names()}; or pass the path of a folder with {REQUIRED_FILES}"
+        )
+    target = cache / name
+    if target.exists():
+        raise VtreproError(
+            f"dataset '{name}': {target} exists but has no corpus.jsonl[.gz]; "
+            f"complete it ({REQUIRED_FILES}) or remove it to download again"
+        )
+    if not download:
+        reason = "download is disabled"
+    elif name in NOT_REDISTRIBUTED:
+        reason = "BEIR may not redistribute it; build it from the original source as BEIR describes"
+    else:
+        reason = _download(name, cache)
+    if reason:
+        raise VtreproError(
+            f"dataset '{name}' not found under {searched} and could not be downloaded ({reason}): "
+            f"create {target}/ with {REQUIRED_FILES}, or set VTREPRO_DATA / --data-dir"
+        )
+    return _open_folder(target, name)
+
+
+def _known_names() -> str:
+    plain = [name for name in BEIR_DATASETS if not name.startswith("cqadupstack/")]
+    return ", ".join(plain) + ", cqadupstack/{" + ",".join(CQADUPSTACK_FORESTS) + "}"
+
+
+def _looks_like_path(value: str) -> bool:
+    return value.startswith(("/", ".", "~")) or _jsonl_file(Path(value), "corpus") is not None
+
+
+def _open_folder(folder: Path, name: str | None = None) -> BeirDataset:
+    if not folder.is_dir():
+        raise VtreproError(f"{folder}: no such dataset folder; it needs {REQUIRED_FILES}")
+    if _jsonl_file(folder, "corpus") is None:
+        raise VtreproError(f"{folder}: no corpus.jsonl or corpus.jsonl.gz; a BEIR folder needs {REQUIRED_FILES}")
+    if name is None:
+        name = f"cqadupstack/{folder.name}" if folder.parent.name == "cqadupstack" else folder.name
+    return BeirDataset(name, folder)
+
+
+def _jsonl_file(folder: Path, stem: str) -> Path | None:
+    """``<stem>.jsonl``, else ``<stem>.jsonl.gz``, else None."""
+    for path in (folder / f"{stem}.jsonl", folder / f"{stem}.jsonl.gz"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _id_field(record: dict[str, Any], path: Path, line: int) -> str:
+    value = record.get("_id", record.get("id"))
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str) or not value:
+        raise VtreproError(f"{path}:{line}: '_id' (or 'id') must be a non-empty string or integer, got {value!r}")
+    return _checked_id(value, path, line)
+
+
+def _checked_id(value: str, path: Path, line: int) -> str:
+    """An id Anserini and TREC run files carry unchanged: no whitespace, no control characters."""
+    char = unsafe_character(value)
+    if char is not None:
+        raise VtreproError(f"{path}:{line}: id {value!r} holds {char!r}; ids must not contain whitespace or control "
+                           "characters (Anserini and TREC run files would split them): rename it")
+    return value
+
+
+def _text_field(record: dict[str, Any], key: str, path: Path, line: int, required: bool) -> str:
+    value = record.get(key)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str):
+        raise VtreproError(f"{path}:{line}: '{key}' must be a string, got {value!r:.60}")
+    return value
+
+
+def _qrels_rows(path: Path) -> Iterator[tuple[int, str, str, int]]:
+    """Yield ``(line, query_id, doc_id, score)``; a first line whose score is not an integer is the header."""
+    for line_number, line in read_lines(path):
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        fields = [field.strip() for field in line.split("\t")]
+        if len(fields) == 1 and len(line.split()) == 4:  # TREC qrels: qid iteration docid score
+            fields = [line.split()[0], *line.split()[2:]]
+        score = _int_or_none(fields[2]) if len(fields) == 3 else None
+        if score is not None and fields[0] and fields[1]:
+            yield line_number, _checked_id(fields[0], path, line_number), _checked_id(fields[1], path, line_number), score
+        elif not (line_number == 1 and len(fields) == 3 and score is None):
+            raise VtreproError(
+                f"{path}:{line_number}: expected 'query-id<TAB>corpus-id<TAB>score' with an integer "
+                f"score, got {line!r:.80}; fix or remove that line"
+            )
+
+
+def _int_or_none(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _download(name: str, cache: Path) -> str:
+    """Fetch ``name`` into ``cache``: BEIR's zip, else the ``BeIR/<name>`` Hugging Face datasets.
+
+    Returns "" on success, else why it failed ("no network" when nothing could be reached).
+    """
+    cache.mkdir(parents=True, exist_ok=True)
+    archive = name.split("/")[0]
+    url = BEIR_URL.format(archive)
+    try:
+        _fetch_zip(url, archive, cache)
+        return ""
+    except (OSError, zipfile.BadZipFile, ValueError) as error:
+        zip_offline = _is_offline(error)
+        reasons = [f"{url}: {_describe(error)}"]
+    if "/" in name:
+        return "no network" if zip_offline else "; ".join(reasons)
+    repo = f"BeIR/{name}"
+    try:
+        with urllib.request.urlopen(HF_API_URL.format(repo), timeout=DOWNLOAD_TIMEOUT_S):
+            pass
+    except OSError as error:
+        if zip_offline and _is_offline(error):
+            return "no network"
+        return "; ".join([*reasons, f"Hugging Face {repo}: {_describe(error)}"])
+    try:
+        _fetch_hf(name, cache)
+        return ""
+    except Exception as error:  # datasets raises many types; any of them means this fallback failed
+        return "; ".join([*reasons, f"Hugging Face {repo}: {_describe(error)}"])
+
+
+def _is_offline(error: BaseException) -> bool:
+    if isinstance(error, urllib.error.HTTPError):
+        return False
+    if isinstance(error, urllib.error.URLError):
+        return isinstance(error.reason, OSError)
+    return isinstance(error, (socket.timeout, ConnectionError))
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, urllib.error.HTTPError):
+        return f"HTTP {error.code}"
+    text = str(getattr(error, "reason", None) or error) or type(error).__name__
+    return " ".join(text.split())[:200]
+
+
+def _fetch_zip(url: str, archive: str, cache: Path) -> None:
+    """Download BEIR's zip and unpack its top folder to ``cache/<archive>`` in one rename."""
+    print(f"downloading {url} into {cache}/", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix=f".{archive}.", dir=cache) as tmp:
+        zip_path = Path(tmp) / f"{archive}.zip"
+        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response, open(zip_path, "wb") as out:
+            shutil.copyfileobj(response, out, 1 << 20)
+        extracted = Path(tmp) / "extracted"
+        with zipfile.ZipFile(zip_path) as bundle:
+            bundle.extractall(extracted)
+        if not (extracted / archive).is_dir():
+            raise ValueError(f"zip has no top-level folder '{archive}/'")
+        _publish(extracted / archive, cache / archive)
+
+
+def _fetch_hf(name: str, cache: Path) -> None:
+    """Write the ``BeIR/<name>`` corpus/queries configs and ``BeIR/<name>-qrels`` splits in BEIR layout."""
+    from datasets import load_dataset as hf_load_dataset
+
+    print(f"downloading Hugging Face BeIR/{name} into {cache}/", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix=f".{name}.", dir=cache) as tmp:
+        folder = Path(tmp) / name
+        corpus = hf_load_dataset(f"BeIR/{name}", "corpus")
+        _write_jsonl(
+            folder / "corpus.jsonl",
+            ({"_id": str(row["_id"]), "title": row.get("title") or "", "text": row.get("text") or ""}
+             for split in corpus.values() for row in split),
+        )
+        queries = hf_load_dataset(f"BeIR/{name}", "queries")
+        _write_jsonl(
+            folder / "queries.jsonl",
+            ({"_id": str(row["_id"]), "text": row.get("text") or ""} for split in queries.values() for row in split),
+        )
+        for split, rows in hf_load_dataset(f"BeIR/{name}-qrels").items():
+            with atomic_write(folder / "qrels" / f"{split}.tsv") as handle:
+                handle.write("query-id\tcorpus-id\tscore\n")
+                for row in rows:
+                    handle.write(f"{row['query-id']}\t{row['corpus-id']}\t{int(row['score'])}\n")
+        _publish(folder, cache / name)
+
+
+def _write_jsonl(path: Path, records: Iterable[dict[str, str]]) -> None:
+    with atomic_write(path) as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+def _publish(source: Path, target: Path) -> None:
+    """Rename a finished folder into place; a concurrent finisher's copy wins."""
+    try:
+        source.rename(target)
+    except OSError:
+        if not target.is_dir():
+            raise

@@ -1,0 +1,6 @@
+"""``python -m vtrepro.encode``: the encode command."""
+import sys
+
+from vtrepro.encode.writer import main
+
+sys.exit(main())

@@ -1,0 +1,212 @@
+"""Content fingerprints of sparse vectors: what makes a pinned figure exact on any machine.
+
+A fingerprint is a SHA-256 over the vectors alone (id and ``{term: impact}`` of every document or
+query), independent of how they are split into files, of file and line order and of JSON spelling:
+each record is hashed in a canonical form (terms sorted), and the record digests are hashed in
+the order of their ids' digests. Two folders with the same fingerprint hold the same vectors, so
+their index statistics and every score computed from them are equal, wherever they were made.
+
+``python -m vtrepro fingerprint A [B]`` prints the fingerprint of A (an encoded corpus folder, a
+JSON-vector folder or file, e.g. ``queries.jsonl``) and, given B, how B's vectors differ from A's.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Mapping
+
+from vtrepro.core.cli import cli_entry, command_parser
+from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import read_jsonl, unsafe_character
+
+FINGERPRINT_VERSION = b"vtrepro.vectors/1\n"
+MAX_IMPACT = 2**31 - 1
+"""Anserini stores an impact as a Lucene term frequency: a positive 32-bit integer."""
+
+Vector = dict[str, int]
+
+
+@dataclass(frozen=True)
+class VectorSetSummary:
+    """The fingerprint of a set of vectors with the two totals a reader can check at a glance."""
+
+    sha256: str
+    count: int
+    total_impact: int
+
+
+@dataclass(frozen=True)
+class VectorDiff:
+    """How two sets of vectors over the same ids differ."""
+
+    records: int
+    records_differing: int
+    impacts_differing: int
+    max_impact_delta: int
+    total_impact_delta: int
+    only_in_first: int
+    only_in_second: int
+
+    @property
+    def identical(self) -> bool:
+        return not (self.records_differing or self.only_in_first or self.only_in_second)
+
+
+def vector_files(folder: str | Path) -> list[Path]:
+    """The JSON-vector files Anserini reads from ``folder`` (``*.jsonl``, ``*.jsonl.gz``), hidden temp files skipped."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise VtreproError(f"{folder}: no such vector folder")
+    files = sorted(path for pattern in ("*.jsonl", "*.jsonl.gz") for path in folder.glob(pattern)
+                   if not path.name.startswith("."))
+    if not files:
+        raise VtreproError(f"{folder}: no *.jsonl vector files; point at an encoded corpus or a JsonVectorCollection folder")
+    return files
+
+
+def _checked_vector(path: Path, line: int, record: Mapping, allow_empty: bool) -> tuple[str, Vector]:
+    """(id, vector) of one JSON-vector record, refusing what Anserini would silently change.
+
+    An empty vector is refused for documents (Anserini drops the document) unless ``allow_empty`` (queries)."""
+    doc_id, vector = record.get("id"), record.get("vector")
+    if not isinstance(doc_id, str) or not doc_id or unsafe_character(doc_id):
+        raise VtreproError(f"{path}:{line}: 'id' must be a non-empty string without whitespace or control "
+                           f"characters, got {doc_id!r}; fix the id")
+    if not isinstance(record.get("contents", ""), str):
+        raise VtreproError(f"{path}:{line}: 'contents' must be a string, got {record['contents']!r:.40}")
+    if not isinstance(vector, dict) or not (vector or allow_empty):
+        raise VtreproError(f"{path}:{line}: 'vector' must be a non-empty object {{term: integer impact}} "
+                           "(Anserini drops a document without terms)")
+    for term, impact in vector.items():
+        if not term or unsafe_character(term):
+            raise VtreproError(f"{path}:{line}: term {term!r} is empty or holds whitespace or control characters; "
+                               "Anserini would split or drop it (python -m vtrepro.encode escapes such terms)")
+        if isinstance(impact, bool) or not isinstance(impact, int) or not 0 < impact <= MAX_IMPACT:
+            raise VtreproError(f"{path}:{line}: impact {impact!r} of term {term!r} must be an integer in "
+                               f"1..{MAX_IMPACT}; quantize the weights (python -m vtrepro.encode does)")
+    return doc_id, vector
+
+
+def read_vectors(files: list[Path] | Path, allow_empty: bool = False) -> Iterator[tuple[Path, int, str, Vector]]:
+    """Yield ``(file, line, id, vector)`` of every record, each checked; one file or several."""
+    for path in [files] if isinstance(files, Path) else files:
+        for line, record in read_jsonl(path):
+            yield (path, line, *_checked_vector(path, line, record, allow_empty))
+
+
+def _record_digest(record_id: str, vector: Vector) -> bytes:
+    canonical = json.dumps([record_id, sorted(vector.items())], ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).digest()
+
+
+def _summarize(records: Iterator[tuple[Path, int, str, Vector]]) -> VectorSetSummary:
+    keyed: list[tuple[bytes, bytes]] = []
+    total = 0
+    for _, _, record_id, vector in records:
+        keyed.append((hashlib.sha256(record_id.encode("utf-8")).digest(), _record_digest(record_id, vector)))
+        total += sum(vector.values())
+    keyed.sort()
+    if any(first == second for (first, _), (second, _) in zip(keyed, keyed[1:])):
+        raise _DuplicateId
+    digest = hashlib.sha256(FINGERPRINT_VERSION)
+    for _, record in keyed:
+        digest.update(record)
+    return VectorSetSummary(digest.hexdigest(), len(keyed), total)
+
+
+class _DuplicateId(Exception):
+    """Two records share an id; the caller names them."""
+
+
+def fingerprint_files(files: list[Path] | Path, allow_empty: bool = False) -> VectorSetSummary:
+    """Fingerprint of the vectors in one JSON-vector file or several (ids unique across all)."""
+    paths = [files] if isinstance(files, Path) else files
+    try:
+        return _summarize(read_vectors(paths, allow_empty))
+    except _DuplicateId:
+        raise _locate_duplicate(paths, allow_empty) from None
+
+
+def fingerprint_folder(folder: str | Path) -> VectorSetSummary:
+    """Fingerprint of a JSON-vector folder (an encoded corpus's ``vectors/`` or any JsonVectorCollection)."""
+    return fingerprint_files(vector_files(folder))
+
+
+def fingerprint_vectors(vectors: Mapping[str, Vector]) -> VectorSetSummary:
+    """Fingerprint of in-memory vectors (e.g. encoded queries), equal to that of the same vectors in files."""
+    records = ((Path("<memory>"), 0, record_id, dict(vector)) for record_id, vector in vectors.items())
+    return _summarize(records)
+
+
+def _locate_duplicate(paths: list[Path], allow_empty: bool) -> VtreproError:
+    """Second pass, only after a duplicate was seen: name both places."""
+    seen: dict[str, tuple[Path, int]] = {}
+    for path, line, record_id, _ in read_vectors(paths, allow_empty):
+        if record_id in seen:
+            first_path, first_line = seen[record_id]
+            return VtreproError(f"{path}:{line}: duplicate id '{record_id}' (first at {first_path}:{first_line}); "
+                                "remove one of them")
+        seen[record_id] = (path, line)
+    return VtreproError(f"{', '.join(map(str, paths))}: duplicate ids")
+
+
+def load_vectors(files: list[Path] | Path, allow_empty: bool = False) -> dict[str, Vector]:
+    """All vectors of the given files as ``{id: vector}`` (duplicates refused)."""
+    vectors: dict[str, Vector] = {}
+    for path, line, record_id, vector in read_vectors(files, allow_empty):
+        if record_id in vectors:
+            raise VtreproError(f"{path}:{line}: duplicate id '{record_id}'; remove one of them")
+        vectors[record_id] = vector
+    return vectors
+
+
+def compare_vectors(first: Mapping[str, Vector], second: Mapping[str, Vector]) -> VectorDiff:
+    """Count the records and impacts that differ between two sets of vectors."""
+    records_differing = impacts_differing = max_delta = total_delta = 0
+    for record_id in first.keys() & second.keys():
+        a, b = first[record_id], second[record_id]
+        if a == b:
+            continue
+        records_differing += 1
+        for term in a.keys() | b.keys():
+            delta = b.get(term, 0) - a.get(term, 0)
+            if delta:
+                impacts_differing += 1
+                max_delta = max(max_delta, abs(delta))
+                total_delta += delta
+    only_first = first.keys() - second.keys()
+    only_second = second.keys() - first.keys()
+    total_delta += sum(sum(second[i].values()) for i in only_second) - sum(sum(first[i].values()) for i in only_first)
+    return VectorDiff(len(first.keys() | second.keys()), records_differing, impacts_differing, max_delta,
+                      total_delta, len(only_first), len(only_second))
+
+
+def _files(path: Path) -> list[Path]:
+    """The vector files of an encoded corpus folder (its ``vectors/``), a JSON-vector folder, or one file."""
+    if path.is_file():
+        return [path]
+    return vector_files(path / "vectors" if (path / "vectors").is_dir() else path)
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    parser = command_parser("fingerprint", __doc__)
+    parser.add_argument("vectors", type=Path, help="encoded corpus folder, JSON-vector folder, or vector file")
+    parser.add_argument("other", type=Path, nargs="?", help="a second one: count the records and impacts that differ")
+    args = parser.parse_args(argv)
+    first = fingerprint_files(_files(args.vectors), allow_empty=True)
+    print(f"{first.sha256}  {first.count} records, total impact {first.total_impact}  {args.vectors}")
+    if args.other is None:
+        return 0
+    second = fingerprint_files(_files(args.other), allow_empty=True)
+    print(f"{second.sha256}  {second.count} records, total impact {second.total_impact}  {args.other}")
+    diff = compare_vectors(load_vectors(_files(args.vectors), True), load_vectors(_files(args.other), True))
+    print(json.dumps({"identical": diff.identical, **diff.__dict__}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

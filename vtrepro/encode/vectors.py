@@ -1,0 +1,97 @@
+"""Quantized, Anserini-safe sparse vectors: the JSON-vector format shared by documents and queries.
+
+Anserini splits pretokenized terms on whitespace and truncates float weights silently, so
+weights are quantized to integers here under an explicit policy, and every term with
+whitespace, control characters or ``%`` is percent-escaped (UTF-8 bytes, reversibly).
+"""
+from __future__ import annotations
+
+import math
+import unicodedata
+from dataclasses import asdict, dataclass
+from typing import Literal, Sequence
+
+import numpy as np
+
+from vtrepro.core.errors import VtreproError
+
+Rounding = Literal["half-even", "half-up", "truncate"]
+ROUNDINGS: tuple[str, ...] = ("half-even", "half-up", "truncate")
+
+# Never produced by `escape_term` (its '%' is always followed by two hex digits), so it cannot
+# collide with a vocabulary term; it keeps documents with no active term in the index.
+EMPTY_DOCUMENT_TERM = "%empty"
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """Float weight -> integer impact: ``round(weight * scale)`` with the given rounding; zeros dropped."""
+
+    scale: float = 100.0
+    rounding: Rounding = "half-even"
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.scale) or self.scale <= 0:
+            raise VtreproError(f"quantization scale must be a positive finite number, got {self.scale}")
+        if self.rounding not in ROUNDINGS:
+            raise VtreproError(f"unknown rounding '{self.rounding}': use one of {', '.join(ROUNDINGS)}")
+
+    def apply(self, weights: np.ndarray) -> np.ndarray:
+        """Integer impacts (int64) for float weights, computed in float64."""
+        scaled = np.asarray(weights, dtype=np.float64) * self.scale
+        if self.rounding == "half-even":
+            return np.rint(scaled).astype(np.int64)
+        if self.rounding == "half-up":
+            return np.floor(scaled + 0.5).astype(np.int64)
+        return np.trunc(scaled).astype(np.int64)
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _needs_escape(char: str) -> bool:
+    return char == "%" or char.isspace() or unicodedata.category(char).startswith("C")
+
+
+def escape_term(term: str) -> str:
+    """Percent-escape whitespace, control characters and '%' so Anserini keeps the term whole."""
+    if not any(_needs_escape(char) for char in term):
+        return term
+    return "".join(
+        "".join(f"%{byte:02X}" for byte in char.encode("utf-8")) if _needs_escape(char) else char
+        for char in term
+    )
+
+
+def unescape_term(term: str) -> str:
+    """Inverse of :func:`escape_term`."""
+    if "%" not in term:
+        return term
+    out = bytearray()
+    index = 0
+    while index < len(term):
+        if term[index] == "%":
+            out.append(int(term[index + 1 : index + 3], 16))
+            index += 3
+        else:
+            out.extend(term[index].encode("utf-8"))
+            index += 1
+    return out.decode("utf-8")
+
+
+def escaped_vocabulary(vocabulary: Sequence[str]) -> list[str]:
+    """Escape every vocabulary term once; an empty term or two terms escaping alike is an error."""
+    escaped = [escape_term(term) for term in vocabulary]
+    if "" in escaped:
+        raise VtreproError(f"vocabulary has an empty token at id {escaped.index('')}: it cannot be indexed")
+    if len(set(escaped)) != len(escaped):
+        raise VtreproError("vocabulary has duplicate tokens: term ids would collide in the index")
+    return escaped
+
+
+def to_impact_vector(
+    ids: np.ndarray, weights: np.ndarray, terms: Sequence[str], quantization: Quantization
+) -> dict[str, int]:
+    """``{escaped term: integer impact}`` for one text, zero impacts dropped, in term-id order."""
+    impacts = quantization.apply(weights)
+    return {terms[int(term_id)]: int(impact) for term_id, impact in zip(ids, impacts) if impact > 0}

@@ -1,0 +1,146 @@
+"""Score TREC runs with pytrec_eval: nDCG@10, R@100, R@1000, MRR@10, rounded to 4 decimals.
+
+``python -m vtrepro.evaluate --run run.trec --qrels qrels.tsv`` (or ``--dataset``) prints the scores;
+``--baseline other.trec`` compares the two runs query by query with paired significance tests.
+Means are over every judged query, a query without results scoring 0: ``trec_eval -c``, which is
+how Pyserini's published BEIR figures are computed.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytrec_eval
+
+from vtrepro.core.cli import cli_entry, command_parser
+from vtrepro.core.errors import VtreproError
+from vtrepro.search.lucene import Run, read_trec_run
+
+DEFAULT_METRICS: tuple[str, ...] = ("ndcg@10", "recall@100", "recall@1000", "mrr@10")
+_TREC_MEASURES = {"ndcg": "ndcg_cut", "recall": "recall", "precision": "P", "map": "map_cut"}
+RANDOMIZATION_SAMPLES = 10_000
+
+
+def parse_metric(metric: str) -> tuple[str, int]:
+    """``("ndcg", 10)`` for ``"ndcg@10"``; an unknown name or a cutoff below 1 is a one-line error."""
+    name, _, cutoff = metric.partition("@")
+    if name not in (*_TREC_MEASURES, "mrr") or not re.fullmatch(r"-?[0-9]+", cutoff):
+        raise VtreproError(
+            f"unknown metric '{metric}': use name@k with name one of ndcg, recall, precision, map, mrr"
+        )
+    if int(cutoff) < 1:
+        raise VtreproError(f"metric '{metric}' has cutoff {cutoff}; the cutoff must be >= 1, e.g. {name}@10")
+    return name, int(cutoff)
+
+
+def _top_k(run: Run, k: int) -> Run:
+    """Keep each query's k best hits in trec_eval's own order (score, then docid, descending)."""
+    return {
+        qid: dict(sorted(hits.items(), key=lambda item: (item[1], item[0]), reverse=True)[:k])
+        for qid, hits in run.items()
+    }
+
+
+def per_query_scores(run: Run, qrels: dict[str, dict[str, int]], metric: str) -> dict[str, float]:
+    """``metric`` of every judged query (sorted ids); a query without results scores 0."""
+    name, cutoff = parse_metric(metric)
+    judged_run = {qid: hits for qid, hits in run.items() if qid in qrels and hits}
+    if name == "mrr":
+        evaluator = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"})
+        results = {qid: result["recip_rank"] for qid, result in evaluator.evaluate(_top_k(judged_run, cutoff)).items()}
+    else:
+        measure = _TREC_MEASURES[name]
+        evaluator = pytrec_eval.RelevanceEvaluator(qrels, {f"{measure}.{cutoff}"})
+        results = {qid: result[f"{measure}_{cutoff}"] for qid, result in evaluator.evaluate(judged_run).items()}
+    return {qid: results.get(qid, 0.0) for qid in sorted(qrels)}
+
+
+def _check_judged(run: Run, qrels: dict[str, dict[str, int]]) -> None:
+    if not any(hits for qid, hits in run.items() if qid in qrels):
+        raise VtreproError("the run has no results for any judged query: check that query ids match the qrels")
+
+
+def evaluate_run(
+    run: Run, qrels: dict[str, dict[str, int]], metrics: tuple[str, ...] = DEFAULT_METRICS
+) -> dict[str, float]:
+    """Mean of each metric over all judged queries (no results = 0), rounded to 4 decimals."""
+    _check_judged(run, qrels)
+    return {metric: round(sum(per_query_scores(run, qrels, metric).values()) / len(qrels), 4) for metric in metrics}
+
+
+def compare_runs(
+    run: Run,
+    baseline: Run,
+    qrels: dict[str, dict[str, int]],
+    metrics: tuple[str, ...] = DEFAULT_METRICS,
+    samples: int = RANDOMIZATION_SAMPLES,
+    seed: int = 0,
+) -> dict[str, dict[str, float | int]]:
+    """Per metric: both means, their difference, queries won/lost/tied, and two-sided p-values of a
+    paired t-test and of a paired randomization test (``samples`` seeded sign flips) over all judged queries."""
+    import numpy as np
+    from scipy.stats import ttest_rel
+
+    _check_judged(run, qrels)
+    _check_judged(baseline, qrels)
+    comparison = {}
+    for metric in metrics:
+        ours = np.array(list(per_query_scores(run, qrels, metric).values()))
+        theirs = np.array(list(per_query_scores(baseline, qrels, metric).values()))
+        difference = ours - theirs
+        observed = abs(difference.mean())
+        if np.all(difference == 0):
+            p_t, p_randomization = 1.0, 1.0
+        else:
+            p_t = float(ttest_rel(ours, theirs).pvalue)
+            signs = np.random.default_rng(seed).choice((-1.0, 1.0), size=(samples, len(difference)))
+            flipped = np.abs((signs * difference).mean(axis=1))
+            p_randomization = float((np.sum(flipped >= observed - 1e-12) + 1) / (samples + 1))
+        comparison[metric] = {
+            "run": round(float(ours.mean()), 4), "baseline": round(float(theirs.mean()), 4),
+            "difference": round(float(difference.mean()), 4),
+            "wins": int(np.sum(difference > 0)), "losses": int(np.sum(difference < 0)), "ties": int(np.sum(difference == 0)),
+            "p_t_test": round(p_t, 4), "p_randomization": round(p_randomization, 4),
+        }
+    return comparison
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    parser = command_parser("evaluate", __doc__)
+    parser.add_argument("--run", required=True, type=Path, help="TREC run file")
+    judgements = parser.add_mutually_exclusive_group(required=True)
+    judgements.add_argument("--qrels", type=Path, help="qrels file (BEIR TSV with header, or TREC 4-column)")
+    judgements.add_argument("--dataset", help="BEIR dataset name or folder; uses its qrels/<split>.tsv")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--data-dir", help="data root holding beir/<dataset> (default: $VTREPRO_DATA)")
+    parser.add_argument("--metrics", default=",".join(DEFAULT_METRICS), help="comma-separated, e.g. ndcg@10,recall@100")
+    parser.add_argument("--baseline", type=Path,
+                        help="second TREC run: compare per query (difference, wins/losses, paired t-test and "
+                             "randomization-test p-values)")
+    args = parser.parse_args(argv)
+    metrics = tuple(args.metrics.split(","))
+    for metric in metrics:
+        parse_metric(metric)
+
+    if args.qrels:
+        from vtrepro.data.beir import read_qrels
+
+        qrels = read_qrels(args.qrels)
+    else:
+        from vtrepro.data.beir import load_dataset
+
+        qrels = load_dataset(args.dataset, args.data_dir).qrels(args.split)
+    if args.baseline:
+        scores = compare_runs(read_trec_run(args.run), read_trec_run(args.baseline), qrels, metrics)
+    else:
+        scores = evaluate_run(read_trec_run(args.run), qrels, metrics)
+    json.dump(scores, sys.stdout, indent=2)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

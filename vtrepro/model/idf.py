@@ -1,0 +1,129 @@
+"""Inference-free queries: a query vector is its tokens, each weighted by its IDF on a corpus.
+
+Used with a SPLADE document encoder trained for it (``query_encoder: idf`` in a training recipe):
+the score of a document is the sum over the query's distinct tokens of ``idf(t) * w_d(t)``, and no
+model runs at query time. The weights live in ``idf.json`` (``{token: idf}``) beside the model.
+IDF is BM25's ``log(1 + (N - df + 0.5) / (df + 0.5))``, always positive.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import torch
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import write_json
+from vtrepro.core.progress import Progress
+from vtrepro.model.loading import resolve_model
+
+IDF_NAME = "idf.json"
+TOKENIZE_BATCH = 1000
+
+SparseVector = tuple[np.ndarray, np.ndarray]
+
+
+def document_frequencies(tokenizer: PreTrainedTokenizerBase, texts: Iterable[str]) -> tuple[np.ndarray, int]:
+    """(document frequency per token id, number of texts); texts are tokenized whole, without special tokens."""
+    counts = np.zeros(len(tokenizer), dtype=np.int64)
+    total = 0
+    batch: list[str] = []
+    for text in [*texts, None]:
+        if text is not None:
+            batch.append(text)
+            if len(batch) < TOKENIZE_BATCH:
+                continue
+        if batch:
+            for ids in tokenizer(batch, add_special_tokens=False, verbose=False)["input_ids"]:
+                counts[np.unique(np.asarray(ids, dtype=np.int64))] += 1
+            total += len(batch)
+            batch = []
+    return counts, total
+
+
+class IdfQueryEncoder:
+    """Encode queries as ``{token id: idf}`` over their distinct non-special tokens; same interface as
+    :class:`vtrepro.model.splade.SpladeEncoder` for ``kind="query"``."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, idf: dict[str, float], max_length_query: int = 64):
+        if max_length_query < 1:
+            raise VtreproError(f"max_length_query must be at least 1, got {max_length_query}")
+        self.tokenizer, self.max_length_query = tokenizer, max_length_query
+        self.vocabulary: list[str] = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        self.special_ids: frozenset[int] = frozenset(tokenizer.all_special_ids)
+        ids = tokenizer.get_vocab()
+        self.weights = np.zeros(len(self.vocabulary), dtype=np.float32)
+        for token, value in idf.items():
+            if token not in ids:
+                raise VtreproError(f"{IDF_NAME}: token {token!r} is not in the tokenizer's vocabulary; "
+                                   "the IDF table belongs to another tokenizer")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise VtreproError(f"{IDF_NAME}: token {token!r} has IDF {value!r}; expected a finite number")
+            self.weights[ids[token]] = value
+        self.weights[list(self.special_ids)] = 0.0
+        np.maximum(self.weights, 0.0, out=self.weights)
+
+    @classmethod
+    def from_corpus(cls, tokenizer: PreTrainedTokenizerBase, texts: Iterable[str],
+                    max_length_query: int = 64) -> IdfQueryEncoder:
+        """IDF of every non-special token on ``texts`` (an unseen token gets the largest value)."""
+        counts, total = document_frequencies(tokenizer, texts)
+        if total == 0:
+            raise VtreproError("cannot compute IDF on an empty corpus")
+        values = np.log1p((total - counts + 0.5) / (counts + 0.5))
+        vocabulary = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        special = set(tokenizer.all_special_ids)
+        idf = {token: float(values[i]) for i, token in enumerate(vocabulary) if i not in special}
+        return cls(tokenizer, idf, max_length_query)
+
+    @classmethod
+    def load(cls, model: str | Path, model_dir: str | Path | None = None, max_length_query: int = 64) -> IdfQueryEncoder:
+        """The tokenizer and ``idf.json`` of a model folder or Hub id."""
+        source = resolve_model(model, model_dir)
+        try:
+            if Path(source).is_dir():
+                path = Path(source) / IDF_NAME
+            else:
+                from huggingface_hub import hf_hub_download
+
+                path = Path(hf_hub_download(source, IDF_NAME))
+            tokenizer = AutoTokenizer.from_pretrained(source)
+            idf = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            reason = " ".join(str(error).split())[:200]
+            raise VtreproError(f"model {model}: cannot load its tokenizer and {IDF_NAME} ({reason}); "
+                               f"the folder needs tokenizer files and {IDF_NAME} ({{token: idf}})") from None
+        if not isinstance(idf, dict):
+            raise VtreproError(f"{path}: expected a JSON object {{token: idf}}")
+        return cls(tokenizer, idf, max_length_query)
+
+    def save(self, folder: str | Path) -> None:
+        """Write ``idf.json`` ({token: idf} for every token with a positive weight, in id order)."""
+        write_json(Path(folder) / IDF_NAME,
+                   {self.vocabulary[i]: float(self.weights[i]) for i in np.flatnonzero(self.weights)})
+
+    def encode(self, texts: Sequence[str], kind: str = "query", progress: Progress | None = None) -> list[SparseVector]:
+        """Per text: (distinct token ids int64 ascending, their IDF float32 > 0); ``progress`` moves once at the end."""
+        if kind != "query":
+            raise VtreproError(f"IdfQueryEncoder encodes queries only (kind='query'), got kind={kind!r}")
+        encoded = self.tokenizer(list(texts), add_special_tokens=False, truncation=True,
+                                 max_length=self.max_length_query)["input_ids"]
+        vectors = []
+        for ids in encoded:
+            ids = np.unique(np.asarray(ids, dtype=np.int64))
+            ids = ids[self.weights[ids] > 0]
+            vectors.append((ids, self.weights[ids]))
+        if progress is not None:
+            progress.update(len(vectors))
+        return vectors
+
+    def dense(self, texts: Sequence[str], size: int) -> torch.Tensor:
+        """(n, size) float32 query vectors, for scoring against model outputs of ``size`` terms."""
+        vectors = torch.zeros(len(texts), size)
+        for row, (ids, weights) in enumerate(self.encode(texts)):
+            vectors[row, torch.from_numpy(ids)] = torch.from_numpy(weights)
+        return vectors

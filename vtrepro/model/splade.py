@@ -1,0 +1,200 @@
+"""SPLADE encoding: max over a text's tokens of log(1 + relu(MLM logits)), one weight per vocabulary term.
+
+The vocabulary projection dominates the cost of small encoders, so it is computed only for real
+(non-padding) tokens, a few rows at a time, and max-pooled before the activation: log1p(relu(.)) is
+monotone, so pooling the raw logits first gives the same weights while activating only one row per text.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Iterator, Literal, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
+
+from vtrepro.core.errors import VtreproError
+from vtrepro.core.progress import Progress
+from vtrepro.model.loading import load_masked_lm
+
+Kind = Literal["doc", "query"]
+SparseVector = tuple[np.ndarray, np.ndarray]
+
+PROJECTION_ROWS = 128
+"""Token rows projected onto the vocabulary at once: their logits (~16 MB at 30k terms) stay in cache."""
+SORT_WINDOW = 2000
+"""Texts are tokenized and sorted by length into batches within consecutive windows of this many texts.
+
+A text's float32 weights depend on the batch it shares (padded length, matrix shapes), so batches are a
+function of the input order, this window and the batch size alone; windows also bound memory."""
+HEAD_TOLERANCE = 1e-4
+UNBOUNDED_LENGTH = 1_000_000
+
+
+def splade_activation(max_logits: torch.Tensor) -> torch.Tensor:
+    """SPLADE term weights from max-pooled MLM logits: log(1 + relu(x))."""
+    return torch.log1p(torch.relu(max_logits))
+
+
+class SpladeEncoder:
+    """Encode texts into sparse SPLADE vectors with any ``AutoModelForMaskedLM`` checkpoint.
+
+    ``vocabulary[i]`` is the token of term id ``i``. Output vectors never hold special tokens, nor the
+    ids of output rows beyond the tokenizer (padding rows some models add to their vocabulary matrix).
+    """
+
+    def __init__(
+        self,
+        model: str | Path,
+        *,
+        model_dir: str | Path | None = None,
+        max_length_doc: int = 512,
+        max_length_query: int = 64,
+        batch_size: int = 32,
+        sort_window: int = SORT_WINDOW,
+        trust_remote_code: bool = False,
+    ) -> None:
+        for name, value in (("max_length_doc", max_length_doc), ("max_length_query", max_length_query),
+                            ("batch_size", batch_size), ("sort_window", sort_window)):
+            if value < 1:
+                raise VtreproError(f"{name} must be at least 1, got {value}")
+        self.model, self.tokenizer = load_masked_lm(model, model_dir, trust_remote_code)
+        for value in (max_length_doc, max_length_query):
+            _check_max_length(str(model), self.model, self.tokenizer, value)
+        self.max_length_doc, self.max_length_query, self.batch_size = max_length_doc, max_length_query, batch_size
+        self.sort_window = sort_window
+        self.vocabulary: list[str] = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
+        self.special_ids: frozenset[int] = frozenset(self.tokenizer.all_special_ids)
+        self._decoder = self.model.get_output_embeddings()
+        self._head_transform = mlm_head_transform(str(model), self.model, self.tokenizer)
+        self._dropped_ids = torch.tensor(
+            sorted(self.special_ids | set(range(len(self.tokenizer), self._decoder.out_features))), dtype=torch.long
+        )
+
+    def encode(self, texts: Sequence[str], kind: Kind, progress: Progress | None = None) -> list[SparseVector]:
+        """Per text: (term ids int64 ascending, weights float32 > 0), special tokens and zeros removed; in input order.
+
+        ``progress`` moves by each batch's number of texts as it is encoded.
+        """
+        vectors: list[SparseVector | None] = [None] * len(texts)
+        for positions, max_logits in self._pooled_batches(texts, kind):
+            weights = splade_activation(max_logits)
+            weights[:, self._dropped_ids] = 0.0
+            for position, row in zip(positions, weights):
+                term_ids = torch.nonzero(row).squeeze(1)
+                vectors[position] = (term_ids.numpy(), row[term_ids].numpy())
+            if progress is not None:
+                progress.update(len(positions))
+        return vectors
+
+    def max_logits(self, texts: Sequence[str], kind: Kind = "doc") -> torch.Tensor:
+        """(n, vocab) float32 raw MLM logits max-pooled over non-padding positions (before relu/log1p)."""
+        pooled = torch.empty(len(texts), self._decoder.out_features, dtype=torch.float32)
+        for positions, max_logits in self._pooled_batches(texts, kind):
+            pooled[positions] = max_logits
+        return pooled
+
+    def _pooled_batches(self, texts: Sequence[str], kind: Kind) -> Iterator[tuple[list[int], torch.Tensor]]:
+        """Yield (input positions, max-pooled logits) per length-sorted batch."""
+        for positions, batch in self._sorted_batches(texts, self._max_length(kind)):
+            yield positions, self._pool(batch)
+
+    def _max_length(self, kind: Kind) -> int:
+        if kind == "doc":
+            return self.max_length_doc
+        if kind == "query":
+            return self.max_length_query
+        raise ValueError(f"kind must be 'doc' or 'query', got {kind!r}")
+
+    def _sorted_batches(self, texts: Sequence[str], max_length: int) -> Iterator[tuple[list[int], BatchEncoding]]:
+        """Tokenize windows of texts and batch each window's texts by token length (longest first)."""
+        window = self.sort_window
+        for window_start in range(0, len(texts), window):
+            window_texts = list(texts[window_start : window_start + window])
+            encoded = self.tokenizer(window_texts, truncation=True, max_length=max_length)
+            order = sorted(range(len(window_texts)), key=lambda i: -len(encoded["input_ids"][i]))
+            for batch_start in range(0, len(order), self.batch_size):
+                members = order[batch_start : batch_start + self.batch_size]
+                batch = self.tokenizer.pad(
+                    {key: [values[i] for i in members] for key, values in encoded.items()}, return_tensors="pt"
+                )
+                yield [window_start + i for i in members], batch
+
+    @torch.inference_mode()
+    def _pool(self, batch: BatchEncoding) -> torch.Tensor:
+        """Max-pooled raw logits (batch, vocab): body once, head on real tokens only."""
+        hidden = self.model.base_model(**batch)[0]
+        token_mask = batch["attention_mask"].bool()
+        transformed = self._head_transform(hidden[token_mask])
+        return _segment_max_projection(transformed, token_mask.sum(dim=1).tolist(), self._decoder)
+
+
+def _segment_max_projection(rows: torch.Tensor, lengths: list[int], decoder: nn.Linear) -> torch.Tensor:
+    """Per segment of consecutive rows, max over its rows of ``decoder(row)``, never holding more than
+    PROJECTION_ROWS rows of logits. The bias is added after pooling: max(x + b) = max(x) + b."""
+    pooled = torch.full((len(lengths), decoder.out_features), float("-inf"), dtype=torch.float32)
+    ends = np.cumsum(lengths).tolist()
+    starts = [end - length for end, length in zip(ends, lengths)]
+    segment = 0
+    for chunk_start in range(0, len(rows), PROJECTION_ROWS):
+        chunk_stop = min(chunk_start + PROJECTION_ROWS, len(rows))
+        logits = rows[chunk_start:chunk_stop] @ decoder.weight.T
+        while segment < len(lengths) and starts[segment] < chunk_stop:
+            low, high = max(starts[segment], chunk_start), min(ends[segment], chunk_stop)
+            if high > low:
+                torch.maximum(pooled[segment], logits[low - chunk_start : high - chunk_start].amax(dim=0),
+                              out=pooled[segment])
+            if ends[segment] > chunk_stop:
+                break
+            segment += 1
+    if decoder.bias is not None:
+        pooled += decoder.bias
+    return pooled
+
+
+def mlm_head_transform(name: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> nn.Module:
+    """The MLM head minus its vocabulary projection, as a module mapping hidden states to decoder inputs.
+
+    The head is whatever direct children of the model its forward calls after the body (BERT ``cls``,
+    RoBERTa ``lm_head``, ModernBERT ``head`` + ``decoder``, DistilBERT ``vocab_*``), found by tracing one
+    forward pass. They are copied with the decoder replaced by an identity, sharing every parameter with
+    the model. The split is checked against the model's own logits on that pass.
+    """
+    decoder = model.get_output_embeddings()
+    if not isinstance(decoder, nn.Linear):
+        raise VtreproError(f"model {name}: output embeddings are {type(decoder).__name__}, expected a Linear projection")
+    probe = tokenizer(["a short probe", "a longer probe sentence for the head"], padding=True, return_tensors="pt")
+    called: list[nn.Module] = []
+    hooks = [
+        child.register_forward_hook(lambda module, args, output: called.append(module))
+        for child in model.children()
+        if child is not model.base_model
+    ]
+    try:
+        with torch.inference_mode():
+            expected = model(**probe).logits
+    finally:
+        for hook in hooks:
+            hook.remove()
+    shared = {id(tensor): tensor for tensor in [*model.parameters(), *model.buffers()]}
+    transform = copy.deepcopy(nn.Sequential(*dict.fromkeys(called)), memo={id(decoder): nn.Identity(), **shared})
+    with torch.inference_mode():
+        hidden = model.base_model(**probe)[0]
+        actual = decoder(transform(hidden))
+    if actual.shape != expected.shape or not torch.allclose(actual, expected, atol=HEAD_TOLERANCE, rtol=HEAD_TOLERANCE):
+        raise VtreproError(
+            f"model {name}: unsupported masked-LM architecture {type(model).__name__} "
+            "(its logits are not head(body(x)) ending in a linear vocabulary projection)"
+        )
+    return transform
+
+
+def _check_max_length(name: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_length: int) -> None:
+    """Reject a max length beyond what the model's position embeddings allow."""
+    limit = tokenizer.model_max_length
+    if limit >= UNBOUNDED_LENGTH:
+        limit = getattr(model.config, "max_position_embeddings", None)
+    if limit is not None and max_length > limit:
+        raise VtreproError(f"model {name}: max length {max_length} exceeds the model's limit of {limit} tokens")

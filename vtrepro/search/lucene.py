@@ -1,0 +1,190 @@
+"""Batch search with Anserini and TREC run files.
+
+``python -m vtrepro.search --index INDEX --queries queries.jsonl --output run.trec`` runs impact
+search with the integer query vectors of an encoded ``queries.jsonl`` (``{"id", "vector"}``).
+Hits are ordered by score, ties by document id; a query's own id is removed from its hits
+(the BEIR convention); the top ``k`` (default 1000) are kept. Impact scores are exact integer dot
+products: Anserini lowers tied scores by a few ulps to encode its docid tie-break, and that
+adjustment is undone here, since every impact score is an integer by construction.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Mapping
+
+from vtrepro.core.cli import cli_entry, command_parser, positive_int
+from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import atomic_write, check_output_file, read_lines
+from vtrepro.core.java import java_class, java_errors
+from vtrepro.core.progress import Progress
+from vtrepro.encode.fingerprint import MAX_IMPACT, load_vectors
+from vtrepro.index.lucene import is_lucene_index
+
+Run = dict[str, dict[str, float]]
+"""qid -> {docid: score}, the shape pytrec_eval takes."""
+SEARCH_BATCH = 256
+UNREADABLE_INDEX = "not a readable Lucene index: rebuild it with 'python -m vtrepro.index'"
+
+
+def _collect(hits_by_qid, qids: list[str], k: int, remove_query_id: bool, integer_scores: bool) -> Run:
+    run: Run = {}
+    for qid in qids:
+        hits = hits_by_qid.get(qid) or []
+        score_of = (lambda hit: float(round(hit.score))) if integer_scores else (lambda hit: float(hit.score))
+        scored = [(hit.docid, score_of(hit)) for hit in hits if not (remove_query_id and hit.docid == qid)]
+        scored.sort(key=lambda item: (-item[1], item[0]))
+        run[qid] = dict(scored[:k])
+    return run
+
+
+def _java_list(items) -> object:
+    array_list = java_class("java.util.ArrayList")()
+    for item in items:
+        array_list.add(item)
+    return array_list
+
+
+def search_impact(
+    index_dir: str | Path,
+    queries: Mapping[str, Mapping[str, int]],
+    k: int = 1000,
+    threads: int = 1,
+    remove_query_id: bool = True,
+) -> Run:
+    """Impact search: each document scores the integer dot product of its and the query's vector."""
+    integer = java_class("java.lang.Integer")
+    hash_map = java_class("java.util.HashMap")
+    qids = list(queries)
+    java_queries = []
+    for qid in qids:
+        query = hash_map()
+        for term, weight in queries[qid].items():
+            if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= MAX_IMPACT:
+                raise VtreproError(f"query '{qid}' has weight {weight!r} for '{term}': weights must be integers in "
+                                   f"0..{MAX_IMPACT} (quantize query vectors)")
+            query.put(term, integer(weight))
+        java_queries.append(query)
+    longest = max((len(vector) for vector in queries.values()), default=0)
+    index_searcher = java_class("org.apache.lucene.search.IndexSearcher")
+    if longest > index_searcher.getMaxClauseCount():  # dense queries (an untrained model) have thousands of terms
+        index_searcher.setMaxClauseCount(longest)
+    with java_errors(index_dir, UNREADABLE_INDEX):
+        searcher = java_class("io.anserini.search.SimpleImpactSearcher")(_checked_index(index_dir))
+    try:
+        return _batched(searcher, java_queries, qids, k, threads, remove_query_id, integer_scores=True)
+    finally:
+        searcher.close()
+
+
+def search_bm25(
+    index_dir: str | Path,
+    queries: Mapping[str, str],
+    k: int = 1000,
+    threads: int = 1,
+    k1: float = 0.9,
+    b: float = 0.4,
+    remove_query_id: bool = True,
+) -> Run:
+    """BM25 search with Anserini's default analyzer."""
+    qids = list(queries)
+    with java_errors(index_dir, UNREADABLE_INDEX):
+        searcher = java_class("io.anserini.search.SimpleSearcher")(_checked_index(index_dir))
+    try:
+        searcher.set_bm25(float(k1), float(b))
+        return _batched(searcher, [queries[qid] for qid in qids], qids, k, threads, remove_query_id, integer_scores=False)
+    finally:
+        searcher.close()
+
+
+def _checked_index(index_dir: str | Path) -> str:
+    """``index_dir`` as a string for Anserini, once it is known to hold a Lucene index."""
+    if not Path(index_dir).is_dir():
+        raise VtreproError(f"{index_dir}: no such index folder; build it with 'python -m vtrepro.index'")
+    if not is_lucene_index(index_dir):
+        raise VtreproError(f"{index_dir}: not a Lucene index (no segments_N file); build it with 'python -m vtrepro.index'")
+    return str(index_dir)
+
+
+def _batched(searcher, queries: list, qids: list[str], k: int, threads: int, remove_query_id: bool,
+             integer_scores: bool) -> Run:
+    """Search ``SEARCH_BATCH`` queries per call, so progress moves; each query's hits do not depend on its batch."""
+    run: Run = {}
+    with Progress(len(qids), "search", "query") as progress:
+        for start in range(0, len(qids), SEARCH_BATCH):
+            batch_ids = qids[start : start + SEARCH_BATCH]
+            hits = searcher.batch_search(_java_list(queries[start : start + SEARCH_BATCH]), _java_list(batch_ids),
+                                         k + int(remove_query_id), threads)
+            run.update(_collect(hits, batch_ids, k, remove_query_id, integer_scores))
+            progress.update(len(batch_ids))
+    return run
+
+
+def write_trec_run(run: Run, path: str | Path, tag: str = "vtrepro") -> None:
+    """Write a TREC run file (``qid Q0 docid rank score tag``), atomically, in run order."""
+    with atomic_write(path) as handle:
+        for qid, hits in run.items():
+            for rank, (docid, score) in enumerate(hits.items(), start=1):
+                handle.write(f"{qid} Q0 {docid} {rank} {score:.6f} {tag}\n")
+
+
+def read_trec_run(path: str | Path) -> Run:
+    """Read a TREC run file (``qid Q0 docid rank score tag``, six fields separated by whitespace).
+
+    What trec_eval would read differently is refused, naming file and line: a line with another
+    number of fields (an id holding a space), a rank or score that is not a number, a non-finite
+    score, the same document twice for a query.
+    """
+    path = Path(path)
+    run: Run = {}
+    for line_number, line in read_lines(path):
+        fields = line.split()
+        if not fields:
+            continue
+        where = f"{path}:{line_number}"
+        if len(fields) != 6:
+            raise VtreproError(f"{where}: expected 6 fields 'qid Q0 docid rank score tag', got {len(fields)} in "
+                               f"{line.strip()[:80]!r}; ids must not hold whitespace")
+        qid, _, docid, rank, score_text, _ = fields
+        try:
+            int(rank)
+            score = float(score_text)
+        except ValueError:
+            raise VtreproError(f"{where}: rank must be an integer and score a number, got {rank!r} and "
+                               f"{score_text!r}") from None
+        if not math.isfinite(score):
+            raise VtreproError(f"{where}: score {score_text} is not finite; fix the run that wrote it")
+        hits = run.setdefault(qid, {})
+        if docid in hits:
+            raise VtreproError(f"{where}: document '{docid}' appears twice for query '{qid}'; keep one line")
+        hits[docid] = score
+    return run
+
+
+def read_query_vectors(path: str | Path) -> dict[str, dict[str, int]]:
+    """Encoded queries (``{"id", "vector"}`` per line) as qid -> {term: integer weight}, every line checked
+    like a document vector (:mod:`vtrepro.encode.fingerprint`); a query may have an empty vector."""
+    return load_vectors(Path(path), allow_empty=True)
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    parser = command_parser("search", __doc__)
+    parser.add_argument("--index", required=True, type=Path, help="Lucene impact index")
+    parser.add_argument("--queries", required=True, type=Path, help="encoded queries.jsonl ({id, vector})")
+    parser.add_argument("--output", required=True, type=Path, help="TREC run file to write (replaced when complete)")
+    parser.add_argument("--k", type=positive_int, default=1000, help="hits per query (default 1000)")
+    parser.add_argument("--threads", type=positive_int, default=1)
+    parser.add_argument("--keep-query-id", action="store_true", help="keep hits whose docid equals the query id")
+    args = parser.parse_args(argv)
+    check_output_file(args.output)
+    queries = read_query_vectors(args.queries)
+    run = search_impact(_checked_index(args.index), queries, args.k, args.threads, not args.keep_query_id)
+    write_trec_run(run, args.output)
+    print(f"{sum(map(len, run.values()))} hits for {len(run)} queries -> {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""SPLADE training (distillation, FLOPS), MLM adaptation, their recipes and data."""

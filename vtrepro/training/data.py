@@ -1,0 +1,364 @@
+"""Training examples for SPLADE: (query, positive, hard negatives, optional teacher scores), in a seeded order.
+
+Sources:
+
+- BEIR layout: positives from ``qrels/<split>.tsv``, hard negatives mined with BM25 (Anserini)
+  over the corpus and cached as JSONL beside the run;
+- MS MARCO triples TSV: ``query<TAB>positive<TAB>negative`` texts, read by line offset;
+- MS MARCO hard negatives (the ``sentence-transformers/msmarco-hard-negatives`` layout):
+  ``msmarco-hard-negatives.jsonl.gz`` lines ``{"qid", "pos": [pid], "neg": {system: [pid]}}`` with
+  ``collection.tsv`` (``pid<TAB>text``) and ``queries.train.tsv`` (``qid<TAB>text``).
+
+Teacher scores come from a JSONL file of ``{"qid", "docid", "score"}`` lines or from a pickled
+``{qid: {pid: score}}`` dict (``cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz``), read with an
+unpickler that accepts only plain containers and numbers.
+
+The order is a pure function of the seed and the step: step ``s`` takes examples
+``s * B .. s * B + B - 1`` of the endless sequence of seeded per-epoch permutations, and each
+example's negatives are drawn with a generator seeded by (seed, epoch, example), so a resumed or
+distributed run sees exactly the batches of an uninterrupted single-process run.
+"""
+from __future__ import annotations
+
+import functools
+import gzip
+import io
+import json
+import pickle
+import random
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Protocol
+
+import numpy as np
+
+from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import atomic_write, open_text, read_jsonl
+
+NEGATIVES_FORMAT = "vtrepro.bm25-negatives/1"
+MINING_CHUNK = 256
+
+
+@dataclass(frozen=True)
+class Example:
+    """One training example: the query, its documents (positive first) and their teacher scores."""
+
+    query: str
+    documents: list[str]
+    teacher: list[float] | None = None
+
+
+class TrainingSet(Protocol):
+    def __len__(self) -> int: ...
+
+    def example(self, index: int, rng: random.Random) -> Example: ...
+
+
+@dataclass
+class PairTrainingSet:
+    """One example per (query, positive) pair, negatives sampled from the query's pool."""
+
+    queries: dict[str, str]
+    documents: dict[str, str]
+    pairs: list[tuple[str, str]]
+    pools: dict[str, list[str]]
+    negatives: int
+    teacher: dict[str, dict[str, float]] | None = None
+    summary: dict[str, int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def example(self, index: int, rng: random.Random) -> Example:
+        qid, positive = self.pairs[index]
+        pool = self.pools.get(qid, [])
+        if self.negatives == 0:
+            chosen = []
+        elif len(pool) >= self.negatives:
+            chosen = rng.sample(pool, self.negatives)
+        else:
+            chosen = rng.choices(pool, k=self.negatives)
+        ids = [positive, *chosen]
+        teacher = [self.teacher[qid][doc_id] for doc_id in ids] if self.teacher is not None else None
+        return Example(self.queries[qid], [self.documents[doc_id] for doc_id in ids], teacher)
+
+
+class TriplesTrainingSet:
+    """``query<TAB>positive<TAB>negative`` lines of an uncompressed TSV, read by byte offset."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise VtreproError(f"{self.path}: triples file not found")
+        if self.path.suffix == ".gz":
+            raise VtreproError(f"{self.path}: triples are read by line offset; decompress it first (gunzip -k)")
+        self.offsets = _line_offsets(self.path)
+        if len(self.offsets) == 0:
+            raise VtreproError(f"{self.path}: no triples (expected query<TAB>positive<TAB>negative lines)")
+        self.summary = {"examples": len(self.offsets)}
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def example(self, index: int, rng: random.Random) -> Example:
+        with open(self.path, "rb") as handle:
+            handle.seek(int(self.offsets[index]))
+            line = handle.readline().decode("utf-8").rstrip("\r\n")
+        fields = line.split("\t")
+        if len(fields) != 3 or not all(fields):
+            raise VtreproError(f"{self.path}: line {index + 1}: expected query<TAB>positive<TAB>negative, got {line!r:.80}")
+        return Example(fields[0], fields[1:])
+
+
+def _line_offsets(path: Path) -> np.ndarray:
+    """Byte offsets of the non-blank lines of a file."""
+    offsets = []
+    position = 0
+    with open(path, "rb") as handle:
+        for line in handle:
+            if line.strip():
+                offsets.append(position)
+            position += len(line)
+    return np.asarray(offsets, dtype=np.int64)
+
+
+# ---------------------------------------------------------------------------- order
+
+
+@functools.lru_cache(maxsize=4)
+def permutation(size: int, seed: int, epoch: int) -> np.ndarray:
+    """The seeded order of ``size`` examples in ``epoch``."""
+    return np.random.Generator(np.random.PCG64([seed, epoch])).permutation(size)
+
+
+def batch_examples(data: TrainingSet, step: int, batch_size: int, seed: int,
+                   part: tuple[int, int] = (0, 1)) -> list[Example]:
+    """The examples of 0-based ``step`` (``part`` = (rank, world size): that rank's contiguous slice)."""
+    rank, world = part
+    local = batch_size // world
+    examples = []
+    for position in range(step * batch_size + rank * local, step * batch_size + (rank + 1) * local):
+        epoch, offset = divmod(position, len(data))
+        index = int(permutation(len(data), seed, epoch)[offset])
+        examples.append(data.example(index, random.Random(f"{seed}:{epoch}:{index}")))
+    return examples
+
+
+# ---------------------------------------------------------------------------- teacher scores
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Unpickles only builtin containers and numbers: a scores dict cannot run code."""
+
+    def find_class(self, module: str, name: str):
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name}: only plain dicts of scores are accepted")
+
+
+def read_teacher_scores(path: str | Path, wanted: dict[str, set[str]] | None = None) -> dict[str, dict[str, float]]:
+    """``{qid: {docid: score}}`` from JSONL (``qid``, ``docid``, ``score``) or a pickled dict; ids as strings.
+
+    With ``wanted``, only those query / document pairs are kept.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise VtreproError(f"{path}: teacher scores file not found")
+    scores: dict[str, dict[str, float]] = {}
+    if path.name.endswith((".pkl", ".pkl.gz", ".pickle", ".pickle.gz")):
+        opener = gzip.open if path.suffix == ".gz" else open
+        try:
+            with opener(path, "rb") as handle:
+                loaded = _PlainUnpickler(io.BufferedReader(handle)).load()
+        except (pickle.UnpicklingError, EOFError, OSError) as error:
+            raise VtreproError(f"{path}: not a pickled {{qid: {{pid: score}}}} dict ({error})") from None
+        if not isinstance(loaded, dict):
+            raise VtreproError(f"{path}: expected a pickled dict qid -> {{pid: score}}, got {type(loaded).__name__}")
+        for qid, hits in loaded.items():
+            qid = str(qid)
+            if wanted is not None and qid not in wanted:
+                continue
+            if not isinstance(hits, dict):
+                raise VtreproError(f"{path}: query {qid}: expected a dict pid -> score, got {type(hits).__name__}")
+            scores[qid] = {str(pid): float(score) for pid, score in hits.items()
+                           if wanted is None or str(pid) in wanted[qid]}
+        return scores
+    for line, record in read_jsonl(path):
+        qid, docid, score = record.get("qid"), record.get("docid"), record.get("score")
+        if qid is None or docid is None or isinstance(score, bool) or not isinstance(score, (int, float)):
+            raise VtreproError(f"{path}:{line}: expected {{\"qid\", \"docid\", \"score\": number}}, got {record!r:.80}")
+        qid, docid = str(qid), str(docid)
+        if wanted is None or docid in wanted.get(qid, ()):
+            scores.setdefault(qid, {})[docid] = float(score)
+    return scores
+
+
+def with_teacher(data: PairTrainingSet, path: str | Path) -> PairTrainingSet:
+    """Attach teacher scores, keeping only pairs and negatives that have one; report what was dropped."""
+    wanted: dict[str, set[str]] = {}
+    for qid, positive in data.pairs:
+        wanted.setdefault(qid, set()).add(positive)
+    for qid, pool in data.pools.items():
+        wanted.setdefault(qid, set()).update(pool)
+    teacher = read_teacher_scores(path, wanted)
+    pairs = [(qid, positive) for qid, positive in data.pairs if positive in teacher.get(qid, {})]
+    pools = {qid: [doc_id for doc_id in pool if doc_id in teacher.get(qid, {})] for qid, pool in data.pools.items()}
+    if data.negatives:
+        pairs = [(qid, positive) for qid, positive in pairs if pools.get(qid)]
+    if not pairs:
+        raise VtreproError(f"{path}: no training pair has teacher scores for its positive and negatives; "
+                           "check that its query and document ids match the training data")
+    summary = {**data.summary, "examples": len(pairs), "dropped_without_teacher": len(data.pairs) - len(pairs)}
+    return PairTrainingSet(data.queries, data.documents, pairs, pools, data.negatives, teacher, summary)
+
+
+# ---------------------------------------------------------------------------- BEIR
+
+
+def beir_training_set(
+    dataset: str,
+    data_dir: str | Path | None,
+    split: str,
+    negatives: int,
+    mining: str,
+    depth: int,
+    cache_dir: Path,
+    min_relevance: int = 1,
+    bm25: tuple[float, float] = (0.9, 0.4),
+) -> PairTrainingSet:
+    """Pairs from a BEIR split's qrels (relevance >= ``min_relevance``) with BM25-mined (or no) negatives."""
+    from vtrepro.data.beir import load_dataset
+
+    beir = load_dataset(dataset, data_dir)
+    qrels = beir.qrels(split)
+    queries = beir.queries(split)
+    corpus = beir.corpus()
+    documents = {document.doc_id: document.contents for document in corpus}
+    pairs = [(qid, doc_id) for qid, judged in qrels.items() for doc_id, relevance in judged.items()
+             if relevance >= min_relevance and doc_id in documents]
+    if not pairs:
+        raise VtreproError(f"dataset {dataset}: qrels/{split}.tsv has no pair with relevance >= {min_relevance} "
+                           "whose document is in the corpus")
+    pools: dict[str, list[str]] = {}
+    if mining == "bm25":
+        pools = mine_bm25_negatives(beir.name, corpus, queries, qrels, depth, cache_dir, bm25)
+        if negatives:
+            pairs = [(qid, doc_id) for qid, doc_id in pairs if pools.get(qid)]
+    summary = {"examples": len(pairs), "queries": len({qid for qid, _ in pairs}), "documents": len(documents)}
+    return PairTrainingSet(queries, documents, pairs, pools, negatives, summary=summary)
+
+
+def mine_bm25_negatives(
+    name: str, corpus: list, queries: dict[str, str], qrels: dict[str, dict[str, int]], depth: int,
+    cache_dir: Path, bm25: tuple[float, float],
+) -> dict[str, list[str]]:
+    """The top ``depth`` BM25 hits of each query minus its judged documents, cached in ``cache_dir``."""
+    k1, b = bm25
+    cache = cache_dir / f"bm25-negatives-{name.replace('/', '_')}-depth{depth}-k1_{k1}-b_{b}.jsonl"
+    settings = {"format": NEGATIVES_FORMAT, "dataset": name, "depth": depth, "k1": k1, "b": b}
+    if cache.is_file():
+        lines = read_jsonl(cache)
+        _, header = next(lines, (0, {}))
+        if header == settings:
+            return {record["qid"]: record["negatives"] for _, record in lines}
+    from vtrepro.index.lucene import build_bm25_index
+    from vtrepro.search.lucene import search_bm25
+
+    index_dir = cache_dir / f"bm25-index-{name.replace('/', '_')}"
+    if not index_dir.is_dir():  # indexes are built beside and renamed into place: present = complete
+        print(f"mining BM25 negatives: indexing {len(corpus)} documents", file=sys.stderr)
+        build_bm25_index(((document.doc_id, document.contents) for document in corpus), index_dir)
+    wanted = [(qid, text) for qid, text in queries.items() if qid in qrels]
+    pools = {}
+    for start in range(0, len(wanted), MINING_CHUNK):  # bounded batches: each hit carries its stored document
+        chunk = dict(wanted[start:start + MINING_CHUNK])
+        k = depth + max(len(qrels[qid]) for qid in chunk)
+        for qid, hits in search_bm25(index_dir, chunk, k=k, k1=k1, b=b).items():
+            pools[qid] = [doc_id for doc_id in hits if doc_id not in qrels[qid]][:depth]
+    with atomic_write(cache) as handle:
+        handle.write(json.dumps(settings) + "\n")
+        for qid, pool in pools.items():
+            handle.write(json.dumps({"qid": qid, "negatives": pool}) + "\n")
+    return pools
+
+
+# ---------------------------------------------------------------------------- MS MARCO
+
+
+def read_tsv_texts(path: str | Path, wanted: set[str] | None = None) -> dict[str, str]:
+    """``{id: text}`` from ``id<TAB>text`` lines (MS MARCO collection / queries), optionally only ``wanted`` ids."""
+    path = Path(path)
+    if not path.is_file():
+        raise VtreproError(f"{path}: file not found")
+    texts = {}
+    with open_text(path) as handle:
+        for line_number, line in enumerate(handle, start=1):
+            key, tab, text = line.rstrip("\r\n").partition("\t")
+            if not tab or not key:
+                raise VtreproError(f"{path}:{line_number}: expected id<TAB>text, got {line!r:.80}")
+            if wanted is None or key in wanted:
+                texts[key] = text
+    return texts
+
+
+def msmarco_training_set(
+    hard_negatives: str | Path,
+    collection: str | Path,
+    queries: str | Path,
+    negatives: int,
+    systems: list[str] | None = None,
+    per_system: int | None = None,
+) -> PairTrainingSet:
+    """Pairs (qid, positive pid) with negatives pooled from the chosen ``systems`` (all by default),
+    the first ``per_system`` of each, from ``msmarco-hard-negatives.jsonl.gz``."""
+    pairs, pools = [], {}
+    for line, record in read_jsonl(hard_negatives):
+        qid, positives, mined = record.get("qid"), record.get("pos"), record.get("neg")
+        if qid is None or not isinstance(positives, list) or not isinstance(mined, dict):
+            raise VtreproError(f"{hard_negatives}:{line}: expected {{\"qid\", \"pos\": [...], \"neg\": {{system: [...]}}}}")
+        qid = str(qid)
+        pool = dict.fromkeys(
+            str(pid) for system, pids in mined.items() if systems is None or system in systems
+            for pid in (pids if per_system is None else pids[:per_system])
+        )
+        for positive in map(str, positives):
+            pool.pop(positive, None)
+        if negatives and not pool:
+            continue
+        pools[qid] = list(pool)
+        pairs += [(qid, str(positive)) for positive in positives]
+    if not pairs:
+        raise VtreproError(f"{hard_negatives}: no query with positives and negatives from systems {systems}")
+    query_texts = read_tsv_texts(queries, {qid for qid, _ in pairs})
+    wanted = {pid for _, pid in pairs} | {pid for pool in pools.values() for pid in pool}
+    documents = read_tsv_texts(collection, wanted)
+    missing_query = next((qid for qid, _ in pairs if qid not in query_texts), None)
+    if missing_query is not None:
+        raise VtreproError(f"{queries}: no text for query {missing_query} named in {hard_negatives}")
+    missing = next((pid for pid in wanted if pid not in documents), None)
+    if missing is not None:
+        raise VtreproError(f"{collection}: no passage {missing} named in {hard_negatives}")
+    summary = {"examples": len(pairs), "queries": len(pools), "documents": len(documents)}
+    return PairTrainingSet(query_texts, documents, pairs, pools, negatives, summary=summary)
+
+
+def corpus_texts(path: str | Path) -> Iterator[str]:
+    """Texts of a corpus file: JSONL (``title`` + ``text`` or ``contents``) or ``id<TAB>text`` TSV."""
+    path = Path(path)
+    if path.name.endswith((".tsv", ".tsv.gz")):
+        yield from read_tsv_texts(path).values()
+        return
+    for line, record in read_jsonl(path):
+        text = record.get("text", record.get("contents"))
+        if not isinstance(text, str):
+            raise VtreproError(f"{path}:{line}: missing string field 'text' (or 'contents')")
+        title = record.get("title") or ""
+        yield f"{title} {text}" if title else text
+
+
+def dataset_or_file_texts(source: str, data_dir: str | Path | None) -> Iterable[str]:
+    """Texts of a BEIR dataset's corpus (name or folder), or of a JSONL / TSV corpus file."""
+    if Path(source).expanduser().is_file():
+        return corpus_texts(Path(source).expanduser())
+    from vtrepro.data.beir import load_dataset
+
+    return [document.contents for document in load_dataset(source, data_dir).corpus()]

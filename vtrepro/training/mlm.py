@@ -1,0 +1,176 @@
+"""MLM adaptation: continue masked-language-model training of a checkpoint on a text corpus.
+
+``python -m vtrepro mlm --model M --dataset msmarco --steps 20000 --out DIR`` trains with the model's
+own tokenizer (BERT masking: of the ``--mask-rate`` selected tokens, 80% become the mask token, 10% a
+random token, 10% stay) and saves an HF folder (model, tokenizer, ``mlm_report.json``) to ``DIR``.
+Texts are visited in seeded per-epoch permutations and masks are drawn from a generator seeded by
+(seed, step), so a run is reproducible.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from vtrepro.core.cli import cli_entry, command_parser, non_negative_int, positive_float, positive_int, share
+from vtrepro.core.errors import VtreproError
+from vtrepro.core.progress import Progress
+from vtrepro.training.data import dataset_or_file_texts, permutation
+from vtrepro.training.schedule import lr_factor
+from vtrepro.vocabulary.transfer import check_out, save_checkpoint
+
+# torch, the model loader (transformers) and the trainer are imported where they are used, on
+# purpose: `--help` and argument errors stay fast.
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+REPORT_NAME = "mlm_report.json"
+RANDOM_SHARE = 0.1
+KEEP_SHARE = 0.1
+
+
+def mask_tokens(input_ids: Tensor, special: Tensor, mask_rate: float, mask_id: int, vocab_size: int,
+                generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """(masked inputs, labels): ``mask_rate`` of the non-special tokens are selected; 80% of those become
+    ``mask_id``, 10% a random token, 10% stay. Labels are -100 except at selected positions."""
+    import torch
+
+    selected = (torch.rand(input_ids.shape, generator=generator) < mask_rate) & ~special
+    labels = torch.where(selected, input_ids, torch.full_like(input_ids, -100))
+    draw = torch.rand(input_ids.shape, generator=generator)
+    masked = input_ids.clone()
+    masked[selected & (draw < 1 - RANDOM_SHARE - KEEP_SHARE)] = mask_id
+    replace = selected & (draw >= 1 - RANDOM_SHARE - KEEP_SHARE) & (draw < 1 - KEEP_SHARE)
+    masked[replace] = torch.randint(vocab_size, input_ids.shape, generator=generator)[replace]
+    return masked, labels
+
+
+def train_mlm(model: Any, tokenizer: Any, texts: Sequence[str], steps: int, mask_rate: float = 0.15,
+              max_length: int = 128, lr: float = 5e-5, batch_size: int = 32, warmup_steps: int = 0,
+              weight_decay: float = 0.01, precision: str = "fp32", seed: int = 0, show_progress: bool = True,
+              ) -> list[float]:
+    """Train ``model`` in place for ``steps`` batches of ``texts``; returns the loss of every step."""
+    import torch
+
+    if tokenizer.mask_token_id is None:
+        raise VtreproError("the tokenizer has no mask token: MLM training needs one")
+    if not texts:
+        raise VtreproError("MLM training needs at least one text")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor("linear", warmup_steps, steps))
+    vocab_size = len(tokenizer)
+    history = []
+    with Progress(steps, "mlm", "step", enabled=show_progress) as progress:
+        for step in range(steps):
+            positions = range(step * batch_size, (step + 1) * batch_size)
+            batch_texts = [texts[int(permutation(len(texts), seed, p // len(texts))[p % len(texts)])] for p in positions]
+            encoded = tokenizer(batch_texts, padding=True, truncation=True, max_length=max_length,
+                                return_special_tokens_mask=True, return_tensors="pt")
+            special = encoded.pop("special_tokens_mask").bool() | ~encoded["attention_mask"].bool()
+            generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
+            encoded["input_ids"], labels = mask_tokens(encoded["input_ids"], special, mask_rate,
+                                                       tokenizer.mask_token_id, vocab_size, generator)
+            inputs = {key: value.to(device) for key, value in encoded.items()}
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+                loss = model(**inputs, labels=labels.to(device)).loss
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            scheduler.step()
+            history.append(loss.item())
+            progress.set_postfix(loss=f"{history[-1]:.3f}")
+            progress.update()
+    return history
+
+
+def run_mlm(
+    model: str | Path,
+    out: str | Path,
+    dataset: str | None = None,
+    corpus: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    steps: int = 1000,
+    mask_rate: float = 0.15,
+    max_length: int = 128,
+    lr: float = 5e-5,
+    batch_size: int = 32,
+    warmup_steps: int = 0,
+    precision: str = "fp32",
+    seed: int = 0,
+    max_texts: int | None = None,
+    model_dir: str | Path | None = None,
+    trust_remote_code: bool = False,
+) -> dict[str, Any]:
+    """Adapt ``model`` on a BEIR corpus or a corpus file and save it with ``mlm_report.json`` to ``out``."""
+    from vtrepro.model.loading import load_masked_lm
+
+    if (dataset is None) == (corpus is None):
+        raise VtreproError("give exactly one of --dataset and --corpus")
+    if steps < 1 or batch_size < 1 or max_length < 8 or not 0 < mask_rate <= 1:
+        raise VtreproError("need steps >= 1, batch size >= 1, max length >= 8 and 0 < mask rate <= 1")
+    if corpus is not None and not Path(corpus).is_file():
+        raise VtreproError(f"corpus file {corpus} not found")
+    check_out(out)
+    texts = list(dataset_or_file_texts(str(corpus) if corpus is not None else dataset, data_dir))[:max_texts]
+    mlm, tokenizer = load_masked_lm(model, model_dir, trust_remote_code)
+    started = time.perf_counter()
+    history = train_mlm(mlm, tokenizer, texts, steps, mask_rate, max_length, lr, batch_size, warmup_steps,
+                        precision=precision, seed=seed)
+    tenth = max(1, steps // 10)
+    report = {
+        "model": str(model), "dataset": dataset, "corpus": None if corpus is None else str(corpus), "texts": len(texts),
+        "steps": steps, "mask_rate": mask_rate, "max_length": max_length, "lr": lr, "batch_size": batch_size,
+        "warmup_steps": warmup_steps, "precision": precision, "seed": seed,
+        "loss_first_10_percent": round(sum(history[:tenth]) / tenth, 4),
+        "loss_last_10_percent": round(sum(history[-tenth:]) / tenth, 4),
+        "seconds": round(time.perf_counter() - started, 1), "losses": [round(value, 4) for value in history],
+    }
+    save_checkpoint(mlm.cpu().eval(), tokenizer, report, REPORT_NAME, out)
+    return report
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = command_parser("mlm", __doc__)
+    parser.add_argument("--model", required=True, help="masked-LM checkpoint (folder or Hub id)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--dataset", help="BEIR dataset name or folder whose corpus is the training text")
+    source.add_argument("--corpus", type=Path, help="corpus file: JSONL ('text', optional 'title') or id<TAB>text TSV")
+    parser.add_argument("--out", required=True, type=Path, help="output folder (must not exist or be empty)")
+    parser.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps (default: %(default)s)")
+    parser.add_argument("--mask-rate", type=share, default=0.15,
+                        help="share of tokens masked, in (0, 1] (default: %(default)s)")
+    parser.add_argument("--max-length", type=positive_int, default=128,
+                        help="tokens per text, at least 8 (default: %(default)s)")
+    parser.add_argument("--lr", type=positive_float, default=5e-5, help="peak learning rate (default: %(default)s)")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="texts per step (default: %(default)s)")
+    parser.add_argument("--warmup-steps", type=non_negative_int, default=0,
+                        help="linear warm-up steps (default: %(default)s)")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="autocast precision")
+    parser.add_argument("--seed", type=non_negative_int, default=0,
+                        help="seed of text order and masks (default: %(default)s)")
+    parser.add_argument("--max-texts", type=positive_int, default=None, help="use only the first N texts of the corpus")
+    parser.add_argument("--data-dir", default=None, help="data root holding beir/<dataset> (else $VTREPRO_DATA)")
+    parser.add_argument("--model-dir", default=None, help="folder of local models for Hub ids (else $VTREPRO_MODELS)")
+    parser.add_argument("--trust-remote-code", action="store_true", help="allow the model's own code to run")
+    return parser
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    report = run_mlm(args.model, args.out, args.dataset, args.corpus, args.data_dir, args.steps, args.mask_rate,
+                     args.max_length, args.lr, args.batch_size, args.warmup_steps, args.precision, args.seed,
+                     args.max_texts, args.model_dir, args.trust_remote_code)
+    print(f"{args.out}: {report['steps']} steps on {report['texts']} texts, loss {report['loss_first_10_percent']} -> "
+          f"{report['loss_last_10_percent']} in {report['seconds']} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

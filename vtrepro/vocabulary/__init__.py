@@ -1,0 +1,2 @@
+"""Vocabulary transfer: moving an encoder onto a normalized vocabulary (semantic initialization by
+spatial topology) and Activation Potential Calibration."""

@@ -1,0 +1,296 @@
+"""Automatic post-hoc calibration (APC): shift a SPLADE model's decoder bias by one constant.
+
+``python -m vtrepro calibrate --model M --dataset scifact --cut-percent 60 --out DIR`` encodes a
+seeded sample of the first ``--docs`` documents, picks ``delta`` and saves the model with
+``bias + delta`` (plus its tokenizer and ``calibration_report.json``).
+
+A per-term constant commutes with max-pooling: max over positions of ``logit + delta`` is
+``max_logit + delta``. So the max-pooled logits are computed once, stored as float16, and any
+delta is evaluated on them exactly: term t is active in document d when ``max_logit[d, t] > -delta``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from vtrepro.core.cli import cli_entry, command_parser, non_negative_int, open_percent, positive_float, positive_int
+from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import read_jsonl
+from vtrepro.data.beir import load_dataset
+from vtrepro.vocabulary.transfer import check_out, save_checkpoint
+
+# torch and the encoder (transformers) are imported where they are used, on purpose: `--help` and
+# argument errors stay fast.
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+    from vtrepro.model.splade import SpladeEncoder
+
+REPORT_NAME = "calibration_report.json"
+DEFAULT_CUT_PERCENT = 60.0
+DEFAULT_DOCS = 20_000
+DEFAULT_MAX_SAMPLE = 10_000
+ENCODE_BATCH = 256
+ROW_CHUNK = 256
+FLOAT16_PATTERNS = 1 << 16
+
+
+def sample_texts(texts: Sequence[str], max_sample: int, seed: int = 0) -> list[str]:
+    """All texts, or a seeded sample of ``max_sample`` of them in their original order."""
+    import torch
+
+    if len(texts) <= max_sample:
+        return list(texts)
+    chosen = torch.randperm(len(texts), generator=torch.Generator().manual_seed(seed))[:max_sample]
+    return [texts[index] for index in sorted(chosen.tolist())]
+
+
+def term_ids(encoder: SpladeEncoder) -> Tensor:
+    """Vocabulary ids that count as terms: every tokenizer id except special tokens."""
+    import torch
+
+    return torch.tensor([index for index in range(len(encoder.tokenizer)) if index not in encoder.special_ids])
+
+
+def pooled_logits(encoder: SpladeEncoder, texts: Sequence[str], kind: str = "doc") -> Tensor:
+    """``(len(texts), terms)`` float16 max-pooled logits over the non-special vocabulary."""
+    import torch
+
+    columns = term_ids(encoder)
+    pooled = torch.empty(len(texts), len(columns), dtype=torch.float16)
+    for start in range(0, len(texts), ENCODE_BATCH):
+        batch = list(texts[start:start + ENCODE_BATCH])
+        pooled[start:start + len(batch)] = encoder.max_logits(batch, kind)[:, columns].to(torch.float16)
+    return pooled
+
+
+def _chunks(logits: Tensor) -> list[Tensor]:
+    return list(logits.split(ROW_CHUNK))
+
+
+def value_counts(logits: Tensor) -> tuple[Tensor, Tensor]:
+    """Distinct finite float16 values of ``logits`` (ascending, as float32) and how often each occurs."""
+    import torch
+
+    counts = torch.zeros(FLOAT16_PATTERNS, dtype=torch.long)
+    for chunk in _chunks(logits):
+        counts += torch.bincount(chunk.view(torch.int16).flatten().long() + FLOAT16_PATTERNS // 2,
+                                 minlength=FLOAT16_PATTERNS)
+    patterns = torch.arange(FLOAT16_PATTERNS, dtype=torch.int32) - FLOAT16_PATTERNS // 2
+    values = patterns.to(torch.int16).view(torch.float16).float()
+    keep = (counts > 0) & values.isfinite()
+    values, counts = values[keep], counts[keep]
+    order = values.argsort()
+    return values[order], counts[order]
+
+
+def threshold_for_cut(logits: Tensor, cut_percent: float) -> float:
+    """The ``cut_percent`` quantile of all document x term entries: entries above it stay positive."""
+    import torch
+
+    values, counts = value_counts(logits)
+    at_or_below = counts.cumsum(0)
+    index = int(torch.searchsorted(at_or_below, torch.tensor(cut_percent / 100 * logits.numel())))
+    return values[min(index, len(values) - 1)].item()
+
+
+def threshold_for_terms(logits: Tensor, target_terms: float) -> float:
+    """The threshold whose mean number of entries above it per document is closest to ``target_terms``."""
+    values, counts = value_counts(logits)
+    above = counts.sum() - counts.cumsum(0)
+    index = int((above.double() / logits.shape[0] - target_terms).abs().argmin())
+    return values[index].item()
+
+
+def activity(logits: Tensor, threshold: float, query_logits: Tensor | None = None) -> dict[str, float]:
+    """Sparsity with terms active where ``logits > threshold``: per-document active terms, dead terms, FLOPS.
+
+    FLOPS is ``sum_t p_d(t)^2`` (``p_d(t)``: share of documents where t is active), or
+    ``sum_t p_q(t) p_d(t)`` with query logits.
+    """
+    import torch
+
+    active, frequency = [], torch.zeros(logits.shape[1], dtype=torch.long)
+    for chunk in _chunks(logits):
+        mask = chunk > threshold
+        active.append(mask.sum(1))
+        frequency += mask.sum(0)
+    per_document = torch.cat(active).double()
+    document_share = frequency.double() / logits.shape[0]
+    query_share = document_share
+    if query_logits is not None:
+        query_share = (query_logits > threshold).sum(0).double() / query_logits.shape[0]
+    return {
+        "active_mean": round(per_document.mean().item(), 2),
+        "active_p50": round(per_document.quantile(0.5).item(), 2),
+        "active_p90": round(per_document.quantile(0.9).item(), 2),
+        "positive_share": round(per_document.sum().item() / logits.numel(), 5),
+        "dead_share": round((frequency == 0).double().mean().item(), 5),
+        "flops": round((query_share * document_share).sum().item(), 4),
+    }
+
+
+def calibrate_bias(
+    encoder_or_model: SpladeEncoder | str | Path,
+    texts: Sequence[str],
+    cut_percent: float | None = None,
+    target_terms: float | None = None,
+    query_texts: Sequence[str] | None = None,
+    max_sample: int = DEFAULT_MAX_SAMPLE,
+    seed: int = 0,
+    max_length: int = 512,
+) -> tuple[float, dict[str, Any]]:
+    """The bias shift ``delta`` and a before/after report on a seeded sample of ``texts``.
+
+    ``cut_percent``: ``delta = -quantile(max_logits, cut/100)``, so ``100 - cut`` % of the
+    document x term entries are positive. ``target_terms``: the delta whose mean number of active
+    terms per document is closest to it. Special tokens are never counted.
+    """
+    from vtrepro.model.splade import SpladeEncoder
+
+    if (cut_percent is None) == (target_terms is None):
+        raise VtreproError("give exactly one of --cut-percent and --target-terms")
+    if cut_percent is not None and not 0 < cut_percent < 100:
+        raise VtreproError(f"--cut-percent must be between 0 and 100, got {cut_percent}")
+    if target_terms is not None and not target_terms > 0:
+        raise VtreproError(f"--target-terms must be > 0, got {target_terms}")
+    if not texts:
+        raise VtreproError("no documents to calibrate on")
+    if max_sample < 1:
+        raise VtreproError(f"--max-sample must be >= 1, got {max_sample}")
+    started = time.perf_counter()
+    encoder = encoder_or_model if isinstance(encoder_or_model, SpladeEncoder) else SpladeEncoder(
+        encoder_or_model, max_length_doc=max_length)
+    sample = sample_texts(texts, max_sample, seed)
+    logits = pooled_logits(encoder, sample)
+    query_logits = pooled_logits(encoder, list(query_texts), "query") if query_texts else None
+    encoded = time.perf_counter()
+    if cut_percent is not None:
+        threshold = threshold_for_cut(logits, cut_percent)
+    else:
+        threshold = threshold_for_terms(logits, target_terms)
+    delta = -threshold
+    report = {
+        "documents": len(texts),
+        "sample_documents": len(sample),
+        "queries": len(query_texts) if query_texts else 0,
+        "terms": logits.shape[1],
+        "cut_percent": cut_percent,
+        "target_terms": target_terms,
+        "delta": delta,
+        "before": activity(logits, 0.0, query_logits),
+        "after": activity(logits, threshold, query_logits),
+        "seconds": {"encode": round(encoded - started, 2), "total": round(time.perf_counter() - started, 2)},
+    }
+    return delta, report
+
+
+def shift_bias(model: torch.nn.Module, delta: float) -> None:
+    """Add ``delta`` to the decoder bias (in place; a bias shared with the head moves with it)."""
+    import torch
+
+    bias = model.get_output_embeddings().bias
+    if bias is None:
+        raise VtreproError("the model's vocabulary projection has no bias to shift")
+    with torch.no_grad():
+        bias += delta
+
+
+def load_texts(dataset: str | None, corpus: str | Path | None, data_dir: str | Path | None, docs: int) -> list[str]:
+    """The first ``docs`` texts (title + " " + text) of a dataset's corpus or of a JSONL file."""
+    if dataset is not None:
+        return [document.contents for document in load_dataset(dataset, data_dir).corpus()[:docs]]
+    texts = []
+    for line, record in read_jsonl(corpus):
+        if len(texts) == docs:
+            break
+        text, title = record.get("text"), record.get("title") or ""
+        if not isinstance(text, str):
+            raise VtreproError(f"{corpus}:{line}: missing string field 'text'")
+        texts.append(f"{title} {text}" if title else text)
+    return texts
+
+
+def run_calibration(
+    model: str | Path,
+    out: str | Path,
+    dataset: str | None = None,
+    corpus: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    docs: int = DEFAULT_DOCS,
+    cut_percent: float | None = None,
+    target_terms: float | None = None,
+    max_length: int = 512,
+    max_sample: int = DEFAULT_MAX_SAMPLE,
+    queries: str | Path | None = None,
+    batch_size: int = 32,
+    seed: int = 0,
+    model_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """Calibrate ``model`` on a corpus and save the shifted checkpoint with its report to ``out``."""
+    from vtrepro.model.splade import SpladeEncoder
+
+    if (dataset is None) == (corpus is None):
+        raise VtreproError("give exactly one of --dataset and --corpus")
+    if docs < 1:
+        raise VtreproError(f"--docs must be >= 1, got {docs}")
+    if cut_percent is None and target_terms is None:
+        cut_percent = DEFAULT_CUT_PERCENT
+    check_out(out)
+    texts = load_texts(dataset, corpus, data_dir, docs)
+    query_texts = load_texts(None, queries, None, sys.maxsize) if queries else None
+    encoder = SpladeEncoder(model, model_dir=model_dir, max_length_doc=max_length, batch_size=batch_size)
+    delta, report = calibrate_bias(encoder, texts, cut_percent, target_terms, query_texts, max_sample, seed)
+    report = {"model": str(model), "dataset": dataset, "corpus": None if corpus is None else str(corpus),
+              "max_length": max_length, "seed": seed, **report}
+    shift_bias(encoder.model, delta)
+    save_checkpoint(encoder.model, encoder.tokenizer, report, REPORT_NAME, out)
+    return report
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = command_parser("calibrate", __doc__)
+    parser.add_argument("--model", required=True, help="SPLADE / masked-LM checkpoint (folder or Hub id)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--dataset", help="BEIR dataset name or folder (e.g. scifact)")
+    source.add_argument("--corpus", type=Path, help="corpus JSONL with 'text' (and optional 'title') fields")
+    parser.add_argument("--data-dir", default=None, help="data root holding beir/<dataset> (else $VTREPRO_DATA)")
+    parser.add_argument("--docs", type=positive_int, default=DEFAULT_DOCS,
+                        help="calibrate on the first N documents (default: %(default)s)")
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--cut-percent", type=open_percent, default=None,
+                        help=f"share of document x term entries pushed to <= 0, between 0 and 100 "
+                             f"(default: {DEFAULT_CUT_PERCENT:g})")
+    target.add_argument("--target-terms", type=positive_float, default=None,
+                        help="mean active terms per document to reach")
+    parser.add_argument("--max-length", type=positive_int, default=512,
+                        help="document max length in tokens (default: 512)")
+    parser.add_argument("--max-sample", type=positive_int, default=DEFAULT_MAX_SAMPLE,
+                        help="documents encoded at most (a seeded sample; float16 logits, %(default)s x 30k ~ 0.6 GB)")
+    parser.add_argument("--queries", type=Path, default=None, help="queries JSONL ('text') for query-side FLOPS")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="texts per forward pass (default: 32)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of the document sample (default: 0)")
+    parser.add_argument("--model-dir", default=None, help="folder of local models for Hub ids (else $VTREPRO_MODELS)")
+    parser.add_argument("--out", required=True, type=Path, help="output folder (must not exist or be empty)")
+    return parser
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    report = run_calibration(args.model, args.out, args.dataset, args.corpus, args.data_dir, args.docs,
+                             args.cut_percent, args.target_terms, args.max_length, args.max_sample, args.queries,
+                             args.batch_size, args.seed, args.model_dir)
+    before, after = report["before"], report["after"]
+    print(f"{args.out}: delta {report['delta']:+.4f}; active terms per doc {before['active_mean']} -> "
+          f"{after['active_mean']}, dead {before['dead_share']:.1%} -> {after['dead_share']:.1%}, "
+          f"FLOPS {before['flops']} -> {after['flops']}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
