@@ -17,7 +17,7 @@ from pathlib import Path
 from vtrepro.data.beir import load_dataset
 from vtrepro.evaluate.trec import per_query_scores
 from vtrepro.search.lucene import read_trec_run
-from vtrepro.vocabulary.transfer import load_tokenizer
+from vtrepro.vocabulary.target import load_tokenizer
 
 
 def split_scores(runs: dict[str, Path], queries: dict[str, str], qrels, held_out: set[str], tokenizer,

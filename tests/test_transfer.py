@@ -25,20 +25,11 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.data.beir import load_dataset
 from vtrepro.model.loading import load_masked_lm
 from vtrepro.model.splade import SpladeEncoder
-from vtrepro.vocabulary.transfer import (
-    INITS,
-    REPORT_NAME,
-    decode_byte_level,
-    load_reference,
-    load_tokenizer,
-    main,
-    make_leaveout_source,
-    match_vocabularies,
-    run_transfer,
-    sparse_sparsemax,
-    sparsemax,
-    transfer_vocabulary,
-)
+from vtrepro.vocabulary.leaveout import make_leaveout_source
+from vtrepro.vocabulary.matching import decode_byte_level, match_vocabularies
+from vtrepro.vocabulary.target import load_reference, load_tokenizer
+from vtrepro.vocabulary.topology import sparse_sparsemax, sparsemax
+from vtrepro.vocabulary.transfer import INITS, REPORT_NAME, main, run_transfer, transfer_vocabulary
 
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 SENTENCE = "Paris hosts the Café de Flore; vitamin D deficiency increases fracture risk."
