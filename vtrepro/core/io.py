@@ -10,7 +10,9 @@ import tempfile
 import unicodedata
 import zlib
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any, Iterable, Iterator
+
+import jsonlines
 
 from vtrepro.core.errors import VtreproError
 
@@ -37,6 +39,20 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)
         raise
+
+
+def write_jsonl(path: str | Path, records: Iterable[Any]) -> int:
+    """Write one JSON object per line (UTF-8 kept as is), atomically; returns how many were written."""
+    count = 0
+    with atomic_write(path) as handle, jsonlines.Writer(handle, dumps=_compact_json) as writer:
+        for record in records:
+            writer.write(record)
+            count += 1
+    return count
+
+
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 def write_json(path: str | Path, data: Any) -> None:
@@ -92,7 +108,11 @@ def unsafe_character(text: str) -> str | None:
 
 
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line_number, object)`` for each non-blank line; a bad line is a one-line error."""
+    """Yield ``(line_number, object)`` for each non-blank line; a bad line is a one-line error.
+
+    Written by hand rather than with ``jsonlines.Reader``: every caller needs the line number of
+    valid records too (a duplicate id, a bad impact), which the reader does not expose.
+    """
     path = Path(path)
     for line_number, line in read_lines(path):
         if not line.strip():

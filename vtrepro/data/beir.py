@@ -6,7 +6,6 @@ as with BEIR's ``GenericDataLoader(...).load(split=...)``.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -18,10 +17,10 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import atomic_write, read_jsonl, read_lines, unsafe_character
+from vtrepro.core.io import atomic_write, read_jsonl, read_lines, unsafe_character, write_jsonl
 
 CQADUPSTACK_FORESTS: tuple[str, ...] = (
     "android", "english", "gaming", "gis", "mathematica", "physics",
@@ -359,13 +358,13 @@ def _fetch_hf(name: str, cache: Path) -> None:
     with tempfile.TemporaryDirectory(prefix=f".{name}.", dir=cache) as tmp:
         folder = Path(tmp) / name
         corpus = hf_load_dataset(f"BeIR/{name}", "corpus")
-        _write_jsonl(
+        write_jsonl(
             folder / "corpus.jsonl",
             ({"_id": str(row["_id"]), "title": row.get("title") or "", "text": row.get("text") or ""}
              for split in corpus.values() for row in split),
         )
         queries = hf_load_dataset(f"BeIR/{name}", "queries")
-        _write_jsonl(
+        write_jsonl(
             folder / "queries.jsonl",
             ({"_id": str(row["_id"]), "text": row.get("text") or ""} for split in queries.values() for row in split),
         )
@@ -376,11 +375,6 @@ def _fetch_hf(name: str, cache: Path) -> None:
                     handle.write(f"{row['query-id']}\t{row['corpus-id']}\t{int(row['score'])}\n")
         _publish(folder, cache / name)
 
-
-def _write_jsonl(path: Path, records: Iterable[dict[str, str]]) -> None:
-    with atomic_write(path) as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
 def _publish(source: Path, target: Path) -> None:

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from vtrepro.core.cli import cli_entry, command_parser, positive_float, positive_int
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import atomic_write, check_output_folder, check_writable, sha256_file, write_json
+from vtrepro.core.io import check_output_folder, check_writable, sha256_file, write_json, write_jsonl
 from vtrepro.core.progress import Progress
 from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_folder
 from vtrepro.encode.vectors import EMPTY_DOCUMENT_TERM, ROUNDINGS, Quantization, escaped_vocabulary, to_impact_vector
@@ -123,13 +123,10 @@ class _AlignedWindows:
 
 
 def _write_shard(documents: Sequence, encoded: list, terms: list[str], quantization: Quantization, path: Path) -> dict:
-    total_terms = 0
-    with atomic_write(path) as handle:
-        for document, (ids, weights) in zip(documents, encoded):
-            vector = to_impact_vector(ids, weights, terms, quantization) or {EMPTY_DOCUMENT_TERM: 1}
-            total_terms += sum(vector.values())
-            record = {"id": document.doc_id, "contents": document.contents, "vector": vector}
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    vectors = [to_impact_vector(ids, weights, terms, quantization) or {EMPTY_DOCUMENT_TERM: 1} for ids, weights in encoded]
+    write_jsonl(path, ({"id": document.doc_id, "contents": document.contents, "vector": vector}
+                       for document, vector in zip(documents, vectors)))
+    total_terms = sum(sum(vector.values()) for vector in vectors)
     return {
         "file": f"{VECTORS_DIRNAME}/{path.name}",
         "documents": len(documents),
@@ -246,9 +243,7 @@ def encode_queries(
     vectors = {
         qid: to_impact_vector(ids, weights, terms, quantization) for qid, (ids, weights) in zip(queries, encoded)
     }
-    with atomic_write(path) as handle:
-        for qid, text in queries.items():
-            handle.write(json.dumps({"id": qid, "contents": text, "vector": vectors[qid]}, ensure_ascii=False) + "\n")
+    write_jsonl(path, ({"id": qid, "contents": text, "vector": vectors[qid]} for qid, text in queries.items()))
     return vectors
 
 

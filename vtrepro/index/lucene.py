@@ -17,7 +17,7 @@ from typing import Iterable, Iterator
 
 from vtrepro.core.cli import cli_entry, command_parser, positive_int, verbose
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import atomic_write, check_output_folder
+from vtrepro.core.io import check_output_folder, write_jsonl
 from vtrepro.core.java import java_class, java_errors, start_jvm
 from vtrepro.core.progress import Progress
 from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files, vector_files
@@ -186,11 +186,8 @@ def build_bm25_index(documents: Iterable[tuple[str, str]], index_dir: str | Path
 
     Documents without text are not indexed (Anserini skips them, as in Pyserini's BM25 indexes)."""
     with _work_folder(Path(index_dir)) as work:
-        count = 0
-        with atomic_write(work / "input" / "docs.jsonl") as handle:
-            for doc_id, contents in documents:
-                handle.write(json.dumps({"id": doc_id, "contents": contents}, ensure_ascii=False) + "\n")
-                count += 1
+        count = write_jsonl(work / "input" / "docs.jsonl",
+                            ({"id": doc_id, "contents": contents} for doc_id, contents in documents))
         return _run_indexer("JsonCollection", work / "input", Path(index_dir), work, threads, ["-storeRaw"],
                             f"{index_dir} (BM25 documents)", count, allow_empty=True)
 
