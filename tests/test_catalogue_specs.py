@@ -17,7 +17,7 @@ from conftest import assert_one_error_line
 from vtrepro.__main__ import COMMANDS
 from vtrepro.core.errors import VtreproError
 from vtrepro.regress.spec import load_spec
-from vtrepro.training.train import load_recipe
+from vtrepro.training.recipe import load_recipe
 
 SPEC = """\
 defaults:

@@ -92,7 +92,9 @@ def test_inference_free_model_trains_indexes_and_evaluates_on_scifact(tmp_path: 
     from vtrepro.index.lucene import build_impact_index
     from vtrepro.model.splade import SpladeEncoder
     from vtrepro.search.lucene import search_impact
-    from vtrepro.training.train import LOG_NAME, load_recipe, run_recipe
+    from vtrepro.training.recipe import load_recipe
+    from vtrepro.training.run_folder import LOG_NAME
+    from vtrepro.training.train import run_recipe
 
     recipe = {
         "model": str(splade_tiny),

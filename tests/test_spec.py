@@ -131,7 +131,7 @@ def test_missing_spec_is_an_error():
 
 
 def test_shipped_specs_are_found_by_name_and_valid():
-    from vtrepro.training.train import load_recipe
+    from vtrepro.training.recipe import load_recipe
 
     assert load_spec("beir_bm25_flat").conditions[0].name == "bm25-flat"
     for path in sorted(REGRESSIONS_DIR.glob("*.yaml")):

@@ -27,14 +27,10 @@ from vtrepro.training.data import (
     read_teacher_scores,
     with_teacher,
 )
-from vtrepro.training.train import (
-    LOG_NAME,
-    MaxPooledProjection,
-    SpladeModel,
-    load_recipe,
-    main,
-    run_recipe,
-)
+from vtrepro.training.recipe import load_recipe
+from vtrepro.training.run_folder import LOG_NAME
+from vtrepro.training.splade_model import MaxPooledProjection, SpladeModel
+from vtrepro.training.train import main, run_recipe
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "regressions" / "recipes"

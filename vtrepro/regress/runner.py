@@ -174,7 +174,8 @@ def trained_model(recipe_name: str, train_root: Path, model_dir: str | None, dat
 
     A finished model trained from other recipe settings is refused rather than silently evaluated.
     """
-    from vtrepro.training.train import REPORT_NAME, load_recipe
+    from vtrepro.training.recipe import load_recipe
+    from vtrepro.training.run_folder import REPORT_NAME
 
     recipe = load_recipe(recipe_name)
     output = train_root / recipe.name
@@ -494,7 +495,7 @@ def _model_availability(name: str, model_dir) -> str:
 
 
 def _training_plan(recipe_name: str, train_root: Path) -> str:
-    from vtrepro.training.train import load_recipe
+    from vtrepro.training.recipe import load_recipe
 
     recipe = load_recipe(recipe_name)
     final = train_root / recipe.name / "final"
@@ -569,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
             datasets[dataset_run.name] = load_dataset(dataset_run.name, args.data_dir)
         datasets[dataset_run.name].qrels(dataset_run.split)
         if condition.train:
-            from vtrepro.training.train import load_recipe
+            from vtrepro.training.recipe import load_recipe
 
             load_recipe(condition.train)
     cache = args.output / ".bundles"

@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from vtrepro.core.checkpoints import check_out, save_checkpoint
 from vtrepro.core.cli import cli_entry, command_parser, non_negative_int, positive_float, positive_int, share
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.progress import Progress
 from vtrepro.training.data import dataset_or_file_texts, permutation
 from vtrepro.training.schedule import lr_factor
-from vtrepro.vocabulary.transfer import check_out, save_checkpoint
 
 # torch, the model loader (transformers) and the trainer are imported where they are used, on
 # purpose: `--help` and argument errors stay fast.
@@ -131,7 +131,7 @@ def run_mlm(
         "loss_last_10_percent": round(sum(history[-tenth:]) / tenth, 4),
         "seconds": round(time.perf_counter() - started, 1), "losses": [round(value, 4) for value in history],
     }
-    save_checkpoint(mlm.cpu().eval(), tokenizer, report, REPORT_NAME, out)
+    save_checkpoint(out, mlm.cpu().eval(), tokenizer, {REPORT_NAME: report})
     return report
 
 

@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from vtrepro.core.checkpoints import check_out, save_checkpoint
 from vtrepro.core.cli import cli_entry, command_parser, non_negative_int, open_percent, positive_float, positive_int
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import read_jsonl
 from vtrepro.data.beir import load_dataset
-from vtrepro.vocabulary.transfer import check_out, save_checkpoint
 
 # torch and the encoder (transformers) are imported where they are used, on purpose: `--help` and
 # argument errors stay fast.
@@ -248,7 +248,7 @@ def run_calibration(
     report = {"model": str(model), "dataset": dataset, "corpus": None if corpus is None else str(corpus),
               "max_length": max_length, "seed": seed, **report}
     shift_bias(encoder.model, delta)
-    save_checkpoint(encoder.model, encoder.tokenizer, report, REPORT_NAME, out)
+    save_checkpoint(out, encoder.model, encoder.tokenizer, {REPORT_NAME: report})
     return report
 
 

@@ -1,0 +1,52 @@
+"""Model checkpoints on disk: the one atomic saver of every HF folder the pipeline writes (vocabulary
+transfer, calibration, MLM adaptation, training checkpoints and final models), and the check that an
+output folder is free."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import write_json
+
+
+def check_out(out: str | Path) -> Path:
+    """``out`` as a Path; it must not exist or be an empty folder."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise VtreproError(f"{out} already exists and is not empty; remove it or choose another --out")
+    return out
+
+
+def save_checkpoint(out: str | Path, model: Any, tokenizer: Any, reports: dict[str, Any] | None = None,
+                    extra: Callable[[Path], None] | None = None, *, replace: bool = False) -> Path:
+    """Write an HF folder (model, tokenizer, the files ``extra(folder)`` writes, then ``reports``: JSON
+    files by name) to a temporary folder beside ``out`` with the permissions the umask allows, and rename
+    it to ``out``; a failed save leaves nothing behind. ``out`` must not exist or be an empty folder
+    (:func:`check_out`), unless ``replace``: then an existing ``out`` is replaced."""
+    out = Path(out) if replace else check_out(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes it 0700
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        if extra is not None:
+            extra(staging)
+        for name, report in (reports or {}).items():
+            write_json(staging / name, report)
+        if out.exists():
+            if replace:
+                shutil.rmtree(out)
+            else:
+                out.rmdir()
+        os.rename(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out

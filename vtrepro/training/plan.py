@@ -1,0 +1,152 @@
+"""The ``--dry-run`` plan: a recipe's stages with their equivalent commands, the training setup, the
+availability of every input, and an estimate of parameters, FLOPs and GPU time."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vtrepro.training.inputs import availability, required_inputs
+from vtrepro.training.recipe import Recipe, Stage
+from vtrepro.training.run_folder import stage_dir
+
+DEFAULT_GPU_TFLOPS = 150.0
+# Offline stand-ins for the cost estimate of Hub models that are not local: transformers' default
+# configs of these model types are documented as those checkpoints' architectures.
+KNOWN_ARCHITECTURES = {"answerdotai/ModernBERT-base": "modernbert", "bert-base-uncased": "bert",
+                       "google-bert/bert-base-uncased": "bert"}
+
+
+def _architecture(name: str, model_dir) -> Any | None:
+    """The config of a local model, or transformers' default config for a known Hub architecture."""
+    from transformers import AutoConfig
+
+    from vtrepro.model.loading import resolve_model
+
+    source = resolve_model(name, model_dir)
+    if Path(source).is_dir():
+        try:
+            return AutoConfig.from_pretrained(source)
+        except (OSError, ValueError):
+            return None
+    if name in KNOWN_ARCHITECTURES:
+        return AutoConfig.for_model(KNOWN_ARCHITECTURES[name])
+    return None
+
+
+def flops_per_token(config: Any) -> tuple[float, int]:
+    """(training FLOPs per token, parameters): 6 x the parameters used in matrix products, i.e. all but
+    the input embedding table, whose rows are looked up (a tied decoder still multiplies by it)."""
+    from transformers import AutoModelForMaskedLM
+
+    with torch.device("meta"):
+        model = AutoModelForMaskedLM.from_config(config)
+    parameters = sum(parameter.numel() for parameter in model.parameters())
+    embeddings = model.get_input_embeddings().weight
+    tied = model.get_output_embeddings().weight is embeddings
+    return 6.0 * (parameters - (0 if tied else embeddings.numel())), parameters
+
+
+def estimate_cost(recipe: Recipe, model_dir, gpu_tflops: float) -> list[str]:
+    """Lines estimating parameters, FLOPs and GPU hours of the MLM stage and SPLADE training."""
+    config = _architecture(recipe.model, model_dir)
+    if config is None:
+        return [f"cost: unknown (no local config for {recipe.model}; put it under --model-dir for an estimate)"]
+    for stage in recipe.stages:
+        if stage.name == "transfer":
+            target = _architecture(stage.options["target_tokenizer"], model_dir)
+            if target is None:
+                return [f"cost: unknown (vocabulary size of {stage.options['target_tokenizer']} not known offline)"]
+            config.vocab_size, config.pad_token_id = target.vocab_size, target.pad_token_id
+    per_token, parameters = flops_per_token(config)
+    lines = [f"model: {config.model_type}, {parameters / 1e6:.1f}M parameters (vocabulary {config.vocab_size}, "
+             f"hidden {config.hidden_size}); ~{per_token / 1e9:.2f} GFLOP per training token"]
+    total = 0.0
+    for stage in recipe.stages:
+        if stage.name == "mlm":
+            options = stage.options
+            flop = per_token * options["steps"] * options["batch_size"] * options["max_length"]
+            lines.append(f"  mlm: {options['steps']} steps x {options['batch_size']} x {options['max_length']} tokens "
+                         f"= {_flops(flop)}")
+            total += flop
+        elif stage.name == "calibrate":
+            options = stage.options
+            flop = per_token / 3 * min(options["docs"], options["max_sample"]) * options["max_length"]
+            lines.append(f"  calibrate: {min(options['docs'], options['max_sample'])} documents = "
+                         f"{_flops(flop)}")
+            total += flop
+    training = recipe.training
+    query_tokens = training["max_length_query"] if recipe.query_encoder == "splade" else 0
+    tokens = training["batch_size"] * (query_tokens + recipe.group_size * training["max_length_doc"])
+    flop = per_token * training["steps"] * tokens
+    lines.append(f"  splade: {training['steps']} steps x {training['batch_size']} queries x "
+                 f"({query_tokens} + {recipe.group_size} x {training['max_length_doc']}) tokens = {_flops(flop)}")
+    total += flop
+    hours = total / (gpu_tflops * 1e12) / 3600
+    duration = f"{hours:.1f} GPU-hours" if hours >= 1 else f"{hours * 60:.1f} GPU-minutes"
+    lines.append(f"  total ~{_flops(total)} (upper bound: every text at its max length; attention not counted): ~{duration} "
+                 f"at {gpu_tflops:g} TFLOP/s sustained (an assumption; --gpu-tflops)")
+    return lines
+
+
+def _flops(value: float) -> str:
+    for unit, scale in (("EFLOP", 1e18), ("PFLOP", 1e15), ("TFLOP", 1e12)):
+        if value >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value / 1e9:.1f} GFLOP"
+
+
+def describe_plan(recipe: Recipe, output: Path, data_dir, model_dir, gpu_tflops: float = DEFAULT_GPU_TFLOPS) -> str:
+    """The recipe's stages, training setup, input availability and estimated cost."""
+    lines = [f"{recipe.path}: {recipe.description}".rstrip(": "), f"output: {output}"]
+    current = recipe.model
+    for index, stage in enumerate(recipe.stages):
+        out = stage_dir(output, index, stage)
+        done = " (done)" if out.is_dir() else ""
+        lines.append(f"{index + 1}. {stage.name} {current} -> {out}{done}")
+        lines.append(f"   {_stage_command(stage, current, out)}")
+        current = str(out)
+    data, loss, training = recipe.data, recipe.loss, recipe.training
+    if data["format"] == "beir":
+        mined = f"BM25 negatives from the top {data['depth']}" if data["mining"] == "bm25" else "no mined negatives"
+        source = f"BEIR {data['dataset']} {data['split']} qrels, {mined}"
+    elif data["format"] == "triples":
+        source = f"triples {data['path']}"
+    else:
+        source = (f"MS MARCO hard negatives {data['hard_negatives']} "
+                  f"(systems: {', '.join(data['systems']) if data['systems'] else 'all'})")
+    teacher = f", teacher {data['teacher']}" if data["teacher"] else ""
+    lines.append(f"{len(recipe.stages) + 1}. train SPLADE from {current} -> {output / 'final'}")
+    lines.append(f"   data: {source}; {data['negatives']} negative(s) per query{teacher}")
+    lines.append(f"   queries: {'IDF (inference-free)' if recipe.query_encoder == 'idf' else 'SPLADE encoder'}; "
+                 f"loss {loss['ranking']}, {loss['query_regularizer']} q {loss['lambda_q']:g}, "
+                 f"{loss['doc_regularizer']} d {loss['lambda_d']:g}, warm-up {loss['flops_warmup_steps']} steps")
+    lines.append(f"   {training['steps']} steps x {training['batch_size']} queries, lr {training['lr']:g} "
+                 f"({training['schedule']}, warm-up {training['lr_warmup_steps']}), max length q {training['max_length_query']} "
+                 f"/ d {training['max_length_doc']}, {training['precision']}, checkpoint every {training['save_every']}")
+    lines.append("inputs:")
+    for label, kind, value in required_inputs(recipe, output):
+        where, problem = availability(kind, value, data_dir, model_dir)
+        lines.append(f"  {label}: {kind} {value}: {where}" + (f" ({problem})" if problem else ""))
+    return "\n".join(lines + estimate_cost(recipe, model_dir, gpu_tflops))
+
+
+def _stage_command(stage: Stage, model: str, out: Path) -> str:
+    options = stage.options
+    if stage.name == "transfer":
+        reference = f" --reference {options['reference']}" if options["reference"] else ""
+        leaveout = options["leaveout"]
+        leaveout = f" --leaveout {leaveout['fraction']} --leaveout-seed {leaveout['seed']}" if leaveout else ""
+        return (f"python -m vtrepro transfer --source {model} --target-tokenizer {options['target_tokenizer']}{reference} "
+                f"--init {options['init']} --temperature {options['temperature']} --similarity {options['similarity']}"
+                f"{leaveout} --out {out}")
+    corpus = f"--dataset {options['dataset']}" if options["dataset"] else f"--corpus {options['corpus']}"
+    if stage.name == "mlm":
+        return (f"python -m vtrepro mlm --model {model} {corpus} --steps {options['steps']} --mask-rate "
+                f"{options['mask_rate']} --max-length {options['max_length']} --lr {options['lr']} "
+                f"--batch-size {options['batch_size']} --warmup-steps {options['warmup_steps']} "
+                f"--precision {options['precision']} --seed {options['seed']} --out {out}")
+    target = (f"--target-terms {options['target_terms']}" if options["target_terms"] is not None
+              else f"--cut-percent {options['cut_percent'] or 60}")
+    return f"python -m vtrepro calibrate --model {model} {corpus} --docs {options['docs']} {target} --out {out}"
