@@ -20,17 +20,14 @@ Steps (docs/vocabulary-transfer.md has the formulas):
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vtrepro.core.checkpoints import check_out, save_checkpoint
 from vtrepro.core.cli import cli_entry, command_parser, non_negative_int, open_fraction, positive_float, positive_int
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import write_json
 from vtrepro.vocabulary.initialize import initialize_new
 from vtrepro.vocabulary.leaveout import make_leaveout_source
 from vtrepro.vocabulary.matching import match_vocabularies, special_ids, special_roles
@@ -155,32 +152,6 @@ def transfer_vocabulary(
 # ---------------------------------------------------------------------------- loading and saving
 
 
-def check_out(out: str | Path) -> Path:
-    """``out`` as a Path; it must not exist or be an empty folder."""
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise VtreproError(f"{out} already exists and is not empty; remove it or choose another --out")
-    return out
-
-
-def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, report: dict[str, Any],
-                    report_name: str, out: str | Path) -> None:
-    """Write model, tokenizer and report to a temporary folder beside ``out``, then rename it to ``out``."""
-    out = check_out(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        model.save_pretrained(temporary)
-        tokenizer.save_pretrained(temporary)
-        write_json(temporary / report_name, report)
-        if out.is_dir():
-            out.rmdir()
-        os.rename(temporary, out)
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
-
-
 def _adapt_tokenizer(target: PreTrainedTokenizerBase, source: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
     """``target``, changed in place to the source model's input names (no token_type_ids for
     RoBERTa/ModernBERT) and, when the source sets one, its maximum length."""
@@ -231,7 +202,7 @@ def run_transfer(
               "reference": None if reference is None else str(reference), **report}
     if leaveout is not None:
         report["leaveout"] = {**leaveout, "held_out": held_out}
-    save_checkpoint(model, _adapt_tokenizer(target, source_tokenizer), report, REPORT_NAME, out)
+    save_checkpoint(out, model, _adapt_tokenizer(target, source_tokenizer), {REPORT_NAME: report})
     return report
 
 
