@@ -152,6 +152,7 @@ def _best_of(repeat: int, name: str, encode: Callable[[list[str]], T], texts: li
         timing = Timing(name, time.perf_counter() - started, time.process_time() - cpu_started, len(texts))
         if best is None or timing.seconds < best.seconds:
             best = timing
+    assert best is not None, "repeat is at least 1 (checked by the parser)"
     return best, output
 
 

@@ -14,7 +14,7 @@ import functools
 import math
 import os
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from vtrepro.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, VtreproError
 
@@ -57,7 +57,13 @@ def _error(message: str) -> None:
     print(f"error: {' '.join(message.split())}", file=sys.stderr)
 
 
-def cli_entry(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
+class Command(Protocol):
+    """A command's ``main``: parses ``argv`` (default: the process's arguments) and returns the exit status."""
+
+    def __call__(self, argv: list[str] | None = None) -> int: ...
+
+
+def cli_entry(main: Callable[[list[str] | None], int]) -> Command:
     """Wrap a command's ``main(argv)``: every failure becomes one ``error:`` line and an exit status."""
 
     @functools.wraps(main)

@@ -109,7 +109,8 @@ class _AlignedWindows:
     def __init__(self, encoder, documents: Sequence, progress: Progress | None = None):
         self.encoder, self.documents, self.size = encoder, documents, encoder.sort_window
         self.progress = progress
-        self._window, self._vectors = -1, []
+        self._window = -1
+        self._vectors: list = []
 
     def vectors(self, start: int, stop: int) -> list:
         out = []

@@ -134,10 +134,9 @@ def main(argv: list[str] | None = None) -> int:
 
         qrels = load_dataset(args.dataset, args.data_dir).qrels(args.split)
     if args.baseline:
-        scores = compare_runs(read_trec_run(args.run), read_trec_run(args.baseline), qrels, metrics)
+        json.dump(compare_runs(read_trec_run(args.run), read_trec_run(args.baseline), qrels, metrics), sys.stdout, indent=2)
     else:
-        scores = evaluate_run(read_trec_run(args.run), qrels, metrics)
-    json.dump(scores, sys.stdout, indent=2)
+        json.dump(evaluate_run(read_trec_run(args.run), qrels, metrics), sys.stdout, indent=2)
     print()
     return 0
 

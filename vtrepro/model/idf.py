@@ -53,7 +53,7 @@ class IdfQueryEncoder:
         if max_length_query < 1:
             raise VtreproError(f"max_length_query must be at least 1, got {max_length_query}")
         self.tokenizer, self.max_length_query = tokenizer, max_length_query
-        self.vocabulary: list[str] = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        self.vocabulary: list[str] = list(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))))
         self.special_ids: frozenset[int] = frozenset(tokenizer.all_special_ids)
         ids = tokenizer.get_vocab()
         self.weights = np.zeros(len(self.vocabulary), dtype=np.float32)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Iterator, Literal, Sequence
+from typing import Iterator, Literal, Sequence, cast
 
 import numpy as np
 import torch
@@ -65,7 +65,7 @@ class SpladeEncoder:
             _check_max_length(str(model), self.model, self.tokenizer, value)
         self.max_length_doc, self.max_length_query, self.batch_size = max_length_doc, max_length_query, batch_size
         self.sort_window = sort_window
-        self.vocabulary: list[str] = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
+        self.vocabulary: list[str] = list(self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer)))))
         self.special_ids: frozenset[int] = frozenset(self.tokenizer.all_special_ids)
         self._decoder = self.model.get_output_embeddings()
         self._head_transform = mlm_head_transform(str(model), self.model, self.tokenizer)
@@ -87,7 +87,7 @@ class SpladeEncoder:
                 vectors[position] = (term_ids.numpy(), row[term_ids].numpy())
             if progress is not None:
                 progress.update(len(positions))
-        return vectors
+        return cast(list[SparseVector], vectors)  # every position was filled by its batch
 
     def max_logits(self, texts: Sequence[str], kind: Kind = "doc") -> torch.Tensor:
         """(n, vocab) float32 raw MLM logits max-pooled over non-padding positions (before relu/log1p)."""
