@@ -19,7 +19,9 @@ class FakePretrained:
         self.name = name
 
     def save_pretrained(self, folder: Path) -> None:
-        (Path(folder) / self.name).write_text("weights", encoding="utf-8")
+        path = Path(folder) / self.name
+        path.write_text("weights", encoding="utf-8")
+        path.chmod(0o600)  # as transformers writes weight shards
 
 
 @pytest.fixture
@@ -29,13 +31,22 @@ def restore_umask():
     os.umask(previous)
 
 
-@pytest.mark.parametrize(("mask", "mode"), [(0o022, 0o755), (0o027, 0o750), (0o077, 0o700)])
-def test_saved_checkpoint_has_the_umask_mode(tmp_path: Path, restore_umask, mask: int, mode: int) -> None:
+def write_extra(folder: Path) -> None:
+    (folder / "sub").mkdir(mode=0o700)
+    (folder / "sub" / "extra.txt").write_text("x")
+
+
+@pytest.mark.parametrize(("mask", "folder_mode", "file_mode"),
+                         [(0o022, 0o755, 0o644), (0o027, 0o750, 0o640), (0o077, 0o700, 0o600)])
+def test_saved_checkpoint_has_the_umask_mode(tmp_path: Path, restore_umask, mask: int, folder_mode: int,
+                                             file_mode: int) -> None:
     os.umask(mask)
     out = save_checkpoint(tmp_path / "runs" / "model", FakePretrained("model.bin"), FakePretrained("tokenizer.json"),
-                          {"report.json": {"steps": 3}}, lambda folder: (folder / "extra.txt").write_text("x"))
-    assert stat.S_IMODE(out.stat().st_mode) == mode
-    assert sorted(path.name for path in out.iterdir()) == ["extra.txt", "model.bin", "report.json", "tokenizer.json"]
+                          {"report.json": {"steps": 3}}, write_extra)
+    assert stat.S_IMODE(out.stat().st_mode) == stat.S_IMODE((out / "sub").stat().st_mode) == folder_mode
+    assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in out.rglob("*") if path.is_file()} == {
+        name: file_mode for name in ("extra.txt", "model.bin", "report.json", "tokenizer.json")}
+    assert sorted(path.name for path in out.iterdir()) == ["model.bin", "report.json", "sub", "tokenizer.json"]
     assert json.loads((out / "report.json").read_text()) == {"steps": 3}
     assert [path.name for path in out.parent.iterdir()] == ["model"]
 

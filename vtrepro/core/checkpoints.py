@@ -21,25 +21,33 @@ def check_out(out: str | Path) -> Path:
     return out
 
 
+def apply_umask(folder: Path) -> None:
+    """Give ``folder``, its subfolders and files the modes the umask allows (0o777 / 0o666 masked): mkdtemp
+    makes folders 0700 and some writers (transformers' weight shards) files 0600."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in [folder, *folder.rglob("*")]:
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
+
+
 def save_checkpoint(out: str | Path, model: Any, tokenizer: Any, reports: dict[str, Any] | None = None,
                     extra: Callable[[Path], None] | None = None, *, replace: bool = False) -> Path:
     """Write an HF folder (model, tokenizer, the files ``extra(folder)`` writes, then ``reports``: JSON
-    files by name) to a temporary folder beside ``out`` with the permissions the umask allows, and rename
-    it to ``out``; a failed save leaves nothing behind. ``out`` must not exist or be an empty folder
-    (:func:`check_out`), unless ``replace``: then an existing ``out`` is replaced."""
+    files by name) to a temporary folder beside ``out``, give it the permissions the umask allows
+    (:func:`apply_umask`) and rename it to ``out``; a failed save leaves nothing behind. ``out`` must not
+    exist or be an empty folder (:func:`check_out`), unless ``replace``: then an existing ``out`` is
+    replaced."""
     out = Path(out) if replace else check_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes it 0700
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         if extra is not None:
             extra(staging)
         for name, report in (reports or {}).items():
             write_json(staging / name, report)
+        apply_umask(staging)
         if out.exists():
             if replace:
                 shutil.rmtree(out)
