@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -265,7 +266,8 @@ def test_regress_keeps_the_results_of_runs_that_finished(tmp_path):
     assert by_dataset[("mini", "ndcg@10")]["observed"] == 1.0
     assert by_dataset[("broken", "run")]["status"] == "ERROR"
     assert (tmp_path / "runs" / "spec" / "bm25" / "mini" / "run.trec").is_file()
-    assert "| bm25 | broken | run |" in (tmp_path / "runs" / "spec" / "report.md").read_text()
+    assert re.search(r"\| bm25 +\| broken +\| run +\|", (tmp_path / "runs" / "spec" / "report.md").read_text())
+    assert "bm25,broken,run,,-,-,ERROR," in (tmp_path / "runs" / "spec" / "results.csv").read_text()
 
 
 # -- Class 3: one line for failures of the operating system ------------------------------------------

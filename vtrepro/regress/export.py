@@ -14,7 +14,8 @@ from vtrepro.core.cli import cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output_file
 from vtrepro.regress.bundle import write_bundle
-from vtrepro.regress.runner import environment, selected_runs
+from vtrepro.regress.report import environment
+from vtrepro.regress.runner import selected_runs
 from vtrepro.regress.spec import load_spec
 
 

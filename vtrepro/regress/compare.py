@@ -1,0 +1,125 @@
+"""Judging observed figures against a spec: result rows, statuses and the two tiers (fixed, encoded)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from vtrepro.encode.fingerprint import (
+    VectorDiff,
+    VectorSetSummary,
+)
+from vtrepro.regress.spec import Condition, DatasetRun
+
+STATUS_OK, STATUS_OKISH, STATUS_FAIL = "OK", "OKISH", "FAIL"
+STATUS_UNPINNED, STATUS_SKIPPED, STATUS_ERROR = "UNPINNED", "SKIPPED", "ERROR"
+TIER_FIXED, TIER_ENCODED, TIER_PUBLISHED = "fixed", "encoded", "published"
+
+
+@dataclass
+class ResultRow:
+    condition: str
+    dataset: str
+    metric: str
+    kind: str  # "vectors" (fingerprint), "index" (index statistic), "score" (pinned), "reference" (published)
+    expected: float | int | str | None
+    observed: float | int | str | None
+    status: str
+    tier: str = TIER_FIXED
+    note: str = ""
+
+
+@dataclass
+class Observation:
+    scores: dict[str, float]
+    index: dict[str, int]
+    seconds: float
+    vectors: dict[str, VectorSetSummary] = field(default_factory=dict)  # empty for BM25
+    differences: dict[str, VectorDiff] = field(default_factory=dict)  # against --reference-vectors
+
+
+def _same(expected: float | int, observed: float | int) -> bool:
+    return f"{expected:.4f}" == f"{observed:.4f}"
+
+
+def _status(expected, observed, exact: bool, within: bool) -> str:
+    if expected is None:
+        return STATUS_UNPINNED
+    if exact:
+        return STATUS_OK
+    return STATUS_OKISH if within else STATUS_FAIL
+
+
+def tier_of(dataset: DatasetRun, observation: Observation) -> str:
+    """``fixed`` when there are no vectors (BM25) or every pinned fingerprint matches, else ``encoded``."""
+    if not observation.vectors:
+        return TIER_FIXED
+    matches = [dataset.vectors.get(name) == summary.sha256 for name, summary in observation.vectors.items()]
+    return TIER_FIXED if all(matches) else TIER_ENCODED
+
+
+def _vector_note(name: str, observation: Observation) -> str:
+    summary = observation.vectors[name]
+    what = "documents" if name == "corpus" else "queries"
+    note = f"{summary.count} {what}, total impact {summary.total_impact}"
+    diff = observation.differences.get(name)
+    if diff is not None:
+        note += (f"; vs reference: {diff.records_differing} {what} differ ({diff.impacts_differing} impacts, "
+                 f"max |delta| {diff.max_impact_delta}, total {diff.total_impact_delta:+d})")
+        if diff.only_in_first or diff.only_in_second:
+            note += f", {diff.only_in_first} only in the reference, {diff.only_in_second} only here"
+    return note
+
+
+def compare(condition: Condition, dataset: DatasetRun, observation: Observation) -> list[ResultRow]:
+    """Rows for one dataset: fingerprints, index stats, scores, published references.
+
+    In the fixed tier every pinned figure must be equal; in the encoded tier index totals and scores
+    may differ within the condition's tolerance (OKISH). Document counts are always exact.
+    """
+    tier = tier_of(dataset, observation)
+    tolerance = condition.tolerance
+    rows = []
+    for name, summary in observation.vectors.items():
+        if name not in dataset.vectors:
+            continue  # a spec recorded before fingerprints: judged in the encoded tier
+        expected = dataset.vectors[name]
+        status = _status(expected, summary.sha256, expected == summary.sha256, within=True)
+        rows.append(ResultRow(condition.name, dataset.name, f"vectors.{name}", "vectors", expected, summary.sha256,
+                              status, tier, _vector_note(name, observation)))
+    for stat, observed in observation.index.items():
+        if stat in dataset.index:
+            expected = dataset.index[stat]
+            within = (expected is not None and stat == "total_terms" and tier == TIER_ENCODED
+                      and abs(observed - expected) <= tolerance.total_terms * abs(expected))
+            delta = None if expected is None else observed - expected
+            note = "" if not delta else f"{delta:+d} ({delta / max(expected, 1):+.1e})"
+            rows.append(ResultRow(condition.name, dataset.name, stat, "index", expected, observed,
+                                  _status(expected, observed, expected == observed, within), tier, note))
+    for metric, observed in observation.scores.items():
+        expected = dataset.scores.get(metric)
+        same = expected is not None and _same(expected, observed)
+        delta = None if expected is None else round(observed, 4) - expected
+        within = tier == TIER_ENCODED and delta is not None and abs(delta) <= tolerance.scores + 1e-9
+        rows.append(ResultRow(condition.name, dataset.name, metric, "score", expected, observed,
+                              _status(expected, observed, same, within), tier,
+                              "" if same or delta is None else f"{delta:+.4f}"))
+    for metric, published in dataset.reference.items():
+        within = abs(round(observation.scores[metric], 4) - published) <= condition.reference_tolerance + 1e-9
+        rows.append(ResultRow(condition.name, dataset.name, metric, "reference", published,
+                              observation.scores[metric], STATUS_OK if within else STATUS_FAIL, TIER_PUBLISHED))
+    return rows
+
+
+def compare_averages(condition: Condition, observations: dict[str, Observation]) -> list[ResultRow]:
+    """The condition's published averages, checked only when every one of its datasets ran."""
+    rows = []
+    complete = all(dataset.name in observations for dataset in condition.datasets)
+    for metric, published in condition.reference_average.items():
+        if not complete:
+            rows.append(ResultRow(condition.name, "average", metric, "reference", published, None, STATUS_SKIPPED,
+                                  TIER_PUBLISHED))
+            continue
+        mean = round(sum(obs.scores[metric] for obs in observations.values()) / len(observations), 4)
+        within = abs(mean - published) <= condition.reference_tolerance + 1e-9
+        rows.append(ResultRow(condition.name, "average", metric, "reference", published, mean,
+                              STATUS_OK if within else STATUS_FAIL, TIER_PUBLISHED))
+    return rows

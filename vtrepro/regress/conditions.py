@@ -1,0 +1,200 @@
+"""Building a condition's model (its own, a trained recipe's, or a transferred and calibrated
+checkpoint) and running it over one dataset: encode or reuse vectors, index, search, score."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import write_json
+from vtrepro.encode.fingerprint import (
+    VectorDiff,
+    VectorSetSummary,
+    fingerprint_vectors,
+)
+from vtrepro.regress.compare import Observation
+from vtrepro.regress.sources import cached_fingerprint, vector_differences
+from vtrepro.regress.spec import Condition, DatasetRun, EncodedVectors, Spec
+
+
+def _cached_build(folder: Path, settings: dict[str, Any], build: Callable[[Path], None]) -> Path:
+    """Build ``folder`` unless it was already built from the same settings (``build.json`` stamp)."""
+    stamp = folder.parent / f"{folder.name}.build.json"
+    if folder.is_dir() and stamp.is_file() and json.loads(stamp.read_text()) == settings:
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    build(folder)
+    write_json(stamp, settings)
+    return folder
+
+
+def trained_model(recipe_name: str, train_root: Path, model_dir: str | None, data_dir: str | None) -> str:
+    """``<train_root>/<recipe>/final``, trained first by ``python -m vtrepro train`` unless it exists.
+
+    A finished model trained from other recipe settings is refused rather than silently evaluated.
+    """
+    from vtrepro.training.recipe import load_recipe
+    from vtrepro.training.run_folder import REPORT_NAME
+
+    recipe = load_recipe(recipe_name)
+    output = train_root / recipe.name
+    final = output / "final"
+    if final.is_dir():
+        report = final / REPORT_NAME
+        fingerprint = json.loads(report.read_text()).get("fingerprint") if report.is_file() else None
+        if fingerprint != recipe.fingerprint():
+            raise VtreproError(f"{final} was not trained from the current {recipe.path}; "
+                               f"remove {output} to retrain it, or choose another --output")
+        return str(final)
+    command = [sys.executable, "-m", "vtrepro", "train", "--config", str(recipe.path), "--output", str(output)]
+    command += ["--data-dir", data_dir] if data_dir else []
+    command += ["--model-dir", model_dir] if model_dir else []
+    print(f"training {recipe.path} -> {final}", file=sys.stderr, flush=True)
+    if subprocess.run(command).returncode != 0:
+        raise VtreproError(f"training {recipe.path} failed (its error is above); "
+                           f"rerunning resumes from the last checkpoint in {output}")
+    return str(final)
+
+
+def build_model(condition: Condition, work_dir: Path, model_dir: str | None, data_dir: str | None,
+                train_root: Path = Path("runs/train")) -> str:
+    """The condition's model: its ``model``, the final model of its ``train`` recipe, or the
+    checkpoint its transfer/calibrate blocks build."""
+    if condition.train:
+        return trained_model(condition.train, train_root, model_dir, data_dir)
+    model = condition.model
+    if condition.transfer:
+        from vtrepro.vocabulary.transfer import DEFAULT_TARGET, run_transfer
+
+        settings = dict(condition.transfer)
+        source = settings.pop("source")
+        target = settings.pop("target_tokenizer", DEFAULT_TARGET)
+        reference = settings.pop("reference", None)
+        init = settings.pop("init", "topology")
+        stamp = {"source": source, "target_tokenizer": target, "reference": reference, "init": init, **settings}
+        model = str(_cached_build(
+            work_dir / "transferred", stamp,
+            lambda folder: run_transfer(source, target, reference, init, folder, model_dir=model_dir, **settings),
+        ))
+    if condition.calibrate:
+        from vtrepro.vocabulary.calibrate import run_calibration
+
+        settings = dict(condition.calibrate)
+        dataset = settings.pop("dataset")
+        model = str(_cached_build(
+            work_dir / "calibrated", {"model": model, **condition.calibrate},
+            lambda folder: run_calibration(model, folder, dataset=dataset, data_dir=data_dir, model_dir=model_dir, **settings),
+        ))
+    return model
+
+
+class ConditionRunner:
+    """Runs one condition over datasets, keeping artifacts under ``<output>/<condition>/<dataset>/``
+    (models of ``train`` recipes under ``<train_root>/<recipe>/``)."""
+
+    def __init__(self, condition: Condition, spec: Spec, output: Path, model_dir: str | None, data_dir: str | None,
+                 threads: int, train_root: Path = Path("runs/train")):
+        self.condition, self.spec, self.output, self.train_root = condition, spec, output, train_root
+        self.model_dir, self.data_dir, self.threads = model_dir, data_dir, threads
+        self._encoder = None
+        self._model = None
+        self._model_error: VtreproError | None = None
+
+    @property
+    def model(self) -> str:
+        """The condition's model, built once; a build that failed is not retried for the next dataset."""
+        if self._model_error is not None:
+            raise self._model_error
+        if self._model is None:
+            try:
+                self._model = build_model(self.condition, self.output / self.condition.name, self.model_dir,
+                                          self.data_dir, self.train_root)
+            except VtreproError as error:
+                self._model_error = error
+                raise
+        return self._model
+
+    @property
+    def query_encoder(self):
+        """The SPLADE encoder itself, or for ``query_encoder: idf`` the model's IDF table (inference-free)."""
+        if self.condition.query_encoder == "idf":
+            from vtrepro.model.idf import IdfQueryEncoder
+
+            return IdfQueryEncoder.load(self.model, self.model_dir, self.condition.encoder.max_length_query)
+        return self.encoder
+
+    @property
+    def encoder(self):
+        if self._encoder is None:
+            from vtrepro.model.splade import SpladeEncoder
+
+            settings = self.condition.encoder
+            self._encoder = SpladeEncoder(
+                self.model,
+                model_dir=self.model_dir,
+                max_length_doc=settings.max_length_doc,
+                max_length_query=settings.max_length_query,
+                batch_size=settings.batch_size,
+                trust_remote_code=self.condition.trust_remote_code,
+            )
+        return self._encoder
+
+    def run(self, dataset_run: DatasetRun, dataset, encoded: EncodedVectors | None = None,
+            reference: EncodedVectors | None = None) -> Observation:
+        """Run one dataset: from ``encoded`` vectors when given (else the spec's, else encode here);
+        ``reference`` vectors, when given, are only compared with the ones used."""
+        from vtrepro.evaluate.trec import evaluate_run
+        from vtrepro.search.lucene import read_trec_run, write_trec_run
+
+        started = time.perf_counter()
+        artifacts = self.output / self.condition.name / dataset_run.name
+        queries = dataset.queries(dataset_run.split)
+        qrels = dataset.qrels(dataset_run.split)
+        vectors: dict[str, VectorSetSummary] = {}
+        differences: dict[str, VectorDiff] = {}
+        if self.condition.retrieval == "bm25":
+            run, stats = self._bm25(dataset, queries, artifacts)
+        else:
+            source = encoded or dataset_run.encoded
+            run, stats, vectors, used = self._impact(dataset, queries, artifacts, source)
+            if reference is not None:
+                differences = vector_differences(reference, used)
+        write_trec_run(run, artifacts / "run.trec", tag=f"vtrepro-{self.condition.name}")
+        # Score the file as written, exactly what trec_eval on run.trec reports.
+        scores = evaluate_run(read_trec_run(artifacts / "run.trec"), qrels, self.spec.metrics)
+        return Observation(scores, {key: stats[key] for key in ("documents", "total_terms")},
+                           round(time.perf_counter() - started, 1), vectors, differences)
+
+    def _bm25(self, dataset, queries: dict[str, str], artifacts: Path):
+        from vtrepro.index.lucene import build_bm25_index
+        from vtrepro.search.lucene import search_bm25
+
+        documents = ((document.doc_id, document.contents) for document in dataset.corpus())
+        stats = build_bm25_index(documents, artifacts / "index", threads=1)
+        run = search_bm25(artifacts / "index", queries, self.spec.k, self.threads, **self.condition.bm25)
+        return run, stats
+
+    def _impact(self, dataset, queries: dict[str, str], artifacts: Path, encoded: EncodedVectors | None):
+        """Search with ``encoded`` vectors, or encode the corpus and queries here first."""
+        from vtrepro.encode.writer import QUERIES_NAME, VECTORS_DIRNAME, encode_corpus, encode_queries
+        from vtrepro.index.lucene import build_impact_index
+        from vtrepro.search.lucene import read_query_vectors, search_impact
+
+        quantization = self.condition.quantization
+        if encoded is None:
+            manifest = encode_corpus(self.encoder, dataset.corpus(), artifacts, quantization, replace_other_settings=True)
+            query_vectors = encode_queries(self.query_encoder, queries, artifacts / QUERIES_NAME, quantization)
+            corpus = VectorSetSummary(manifest["fingerprint"], manifest["documents"], manifest["total_terms"])
+            encoded = EncodedVectors(artifacts / VECTORS_DIRNAME, artifacts / QUERIES_NAME)
+        else:
+            print(f"  using vectors from {encoded.corpus} and {encoded.queries}", file=sys.stderr, flush=True)
+            query_vectors = read_query_vectors(encoded.queries)
+            corpus = cached_fingerprint(encoded.corpus)
+        stats = build_impact_index(encoded.corpus, artifacts / "index", threads=1, expected=corpus)
+        run = search_impact(artifacts / "index", query_vectors, self.spec.k, self.threads)
+        return run, stats, {"corpus": corpus, "queries": fingerprint_vectors(query_vectors)}, encoded
