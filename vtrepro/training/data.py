@@ -29,12 +29,13 @@ import random
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import atomic_write, open_text, read_jsonl
+from vtrepro.core.io import atomic_write, read_jsonl
+from vtrepro.data.texts import read_tsv_texts
 
 NEGATIVES_FORMAT = "vtrepro.bm25-negatives/1"
 MINING_CHUNK = 256
@@ -284,22 +285,6 @@ def mine_bm25_negatives(
 # ---------------------------------------------------------------------------- MS MARCO
 
 
-def read_tsv_texts(path: str | Path, wanted: set[str] | None = None) -> dict[str, str]:
-    """``{id: text}`` from ``id<TAB>text`` lines (MS MARCO collection / queries), optionally only ``wanted`` ids."""
-    path = Path(path)
-    if not path.is_file():
-        raise VtreproError(f"{path}: file not found")
-    texts = {}
-    with open_text(path) as handle:
-        for line_number, line in enumerate(handle, start=1):
-            key, tab, text = line.rstrip("\r\n").partition("\t")
-            if not tab or not key:
-                raise VtreproError(f"{path}:{line_number}: expected id<TAB>text, got {line!r:.80}")
-            if wanted is None or key in wanted:
-                texts[key] = text
-    return texts
-
-
 def msmarco_training_set(
     hard_negatives: str | Path,
     collection: str | Path,
@@ -339,26 +324,3 @@ def msmarco_training_set(
         raise VtreproError(f"{collection}: no passage {missing} named in {hard_negatives}")
     summary = {"examples": len(pairs), "queries": len(pools), "documents": len(documents)}
     return PairTrainingSet(query_texts, documents, pairs, pools, negatives, summary=summary)
-
-
-def corpus_texts(path: str | Path) -> Iterator[str]:
-    """Texts of a corpus file: JSONL (``title`` + ``text`` or ``contents``) or ``id<TAB>text`` TSV."""
-    path = Path(path)
-    if path.name.endswith((".tsv", ".tsv.gz")):
-        yield from read_tsv_texts(path).values()
-        return
-    for line, record in read_jsonl(path):
-        text = record.get("text", record.get("contents"))
-        if not isinstance(text, str):
-            raise VtreproError(f"{path}:{line}: missing string field 'text' (or 'contents')")
-        title = record.get("title") or ""
-        yield f"{title} {text}" if title else text
-
-
-def dataset_or_file_texts(source: str, data_dir: str | Path | None) -> Iterable[str]:
-    """Texts of a BEIR dataset's corpus (name or folder), or of a JSONL / TSV corpus file."""
-    if Path(source).expanduser().is_file():
-        return corpus_texts(Path(source).expanduser())
-    from vtrepro.data.beir import load_dataset
-
-    return [document.contents for document in load_dataset(source, data_dir).corpus()]

@@ -18,7 +18,8 @@ from vtrepro.core.checkpoints import check_out, save_checkpoint
 from vtrepro.core.cli import cli_entry, command_parser, non_negative_int, positive_float, positive_int, share
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.progress import Progress
-from vtrepro.training.data import dataset_or_file_texts, permutation
+from vtrepro.data.texts import dataset_or_file_texts
+from vtrepro.training.data import permutation
 from vtrepro.training.schedule import lr_factor
 
 # torch, the model loader (transformers) and the trainer are imported where they are used, on

@@ -56,7 +56,7 @@ def build_training_set(recipe: Recipe, data_dir, cache_dir: Path):
 
 def idf_texts(recipe: Recipe, data_dir):
     """The corpus the IDF query weights are computed on: idf_corpus, else the training corpus."""
-    from vtrepro.training.data import dataset_or_file_texts
+    from vtrepro.data.texts import dataset_or_file_texts
 
     if recipe.idf_corpus is not None:
         source = recipe.idf_corpus

@@ -11,6 +11,7 @@ delta is evaluated on them exactly: term t is active in document d when ``max_lo
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -19,8 +20,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from vtrepro.core.checkpoints import check_out, save_checkpoint
 from vtrepro.core.cli import cli_entry, command_parser, non_negative_int, open_percent, positive_float, positive_int
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import read_jsonl
-from vtrepro.data.beir import load_dataset
+from vtrepro.data.texts import corpus_texts, dataset_or_file_texts
 
 # torch and the encoder (transformers) are imported where they are used, on purpose: `--help` and
 # argument errors stay fast.
@@ -200,21 +200,6 @@ def shift_bias(model: torch.nn.Module, delta: float) -> None:
         bias += delta
 
 
-def load_texts(dataset: str | None, corpus: str | Path | None, data_dir: str | Path | None, docs: int) -> list[str]:
-    """The first ``docs`` texts (title + " " + text) of a dataset's corpus or of a JSONL file."""
-    if dataset is not None:
-        return [document.contents for document in load_dataset(dataset, data_dir).corpus()[:docs]]
-    texts = []
-    for line, record in read_jsonl(corpus):
-        if len(texts) == docs:
-            break
-        text, title = record.get("text"), record.get("title") or ""
-        if not isinstance(text, str):
-            raise VtreproError(f"{corpus}:{line}: missing string field 'text'")
-        texts.append(f"{title} {text}" if title else text)
-    return texts
-
-
 def run_calibration(
     model: str | Path,
     out: str | Path,
@@ -241,8 +226,8 @@ def run_calibration(
     if cut_percent is None and target_terms is None:
         cut_percent = DEFAULT_CUT_PERCENT
     check_out(out)
-    texts = load_texts(dataset, corpus, data_dir, docs)
-    query_texts = load_texts(None, queries, None, sys.maxsize) if queries else None
+    texts = list(itertools.islice(dataset_or_file_texts(str(corpus) if corpus is not None else str(dataset), data_dir), docs))
+    query_texts = list(corpus_texts(queries)) if queries else None
     encoder = SpladeEncoder(model, model_dir=model_dir, max_length_doc=max_length, batch_size=batch_size)
     delta, report = calibrate_bias(encoder, texts, cut_percent, target_terms, query_texts, max_sample, seed)
     report = {"model": str(model), "dataset": dataset, "corpus": None if corpus is None else str(corpus),
