@@ -12,6 +12,8 @@ import functools
 import importlib
 import json
 import os
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
 MODELS_ENV = "VTREPRO_MODELS"
 MIN_TOKENIZER_COVERAGE = 0.9
 HUB_PROBE_TIMEOUT_S = 3.0
+HUB_LOOKUP_TIMEOUT_S = 10.0
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model", "spiece.model",
                    "sentencepiece.bpe.model")
 """A tokenizer needs at least one of these files (fast tokenizer, WordPiece, BPE or SentencePiece vocabulary)."""
@@ -281,3 +284,35 @@ def _load_failure(name: str, source: str, model_dir: str | Path | None, error: B
         f"model {name}: not found locally ({where}) and not loadable from the Hub ({reason}); "
         f"set {MODELS_ENV} or --model-dir to a folder holding {Path(name).name}, or pass the model folder"
     )
+
+
+@functools.cache
+def hub_problem(name: str) -> str | None:
+    """Why the Hugging Face Hub cannot serve ``name`` here, or None when it can (or may, for gated repos)."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return "HF_HUB_OFFLINE is set"
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    try:
+        with urllib.request.urlopen(f"{endpoint}/api/models/{name}", timeout=HUB_LOOKUP_TIMEOUT_S):
+            return None
+    except urllib.error.HTTPError as error:
+        return f"the Hub has no model {name}" if error.code == 404 else None
+    except OSError as error:
+        reason = " ".join(str(getattr(error, "reason", error)).split())[:120]
+        return f"the Hugging Face Hub is unreachable ({reason})"
+
+
+def model_availability(name: str, model_dir: str | Path | None) -> tuple[str, str | None]:
+    """(where the model comes from, the problem if it cannot be had)."""
+    source = resolve_model(name, model_dir)
+    if Path(source).is_dir() or Path(name).expanduser().is_file():
+        return f"local {source}", None
+    if name.startswith(("/", ".", "~")):
+        return "missing", f"model folder {name} does not exist"
+    problem = hub_problem(name)
+    if problem is None:
+        return "from the Hugging Face Hub", None
+    root = model_dir or os.environ.get(MODELS_ENV)
+    where = f"no folder {name} or {Path(name).name} under {root}" if root else f"--model-dir / ${MODELS_ENV} not set"
+    return "missing", (f"model {name} is not local ({where}) and {problem}; put a copy under --model-dir / "
+                       f"${MODELS_ENV} or run where the Hub is reachable")

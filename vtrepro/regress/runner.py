@@ -25,6 +25,7 @@ from typing import Iterable
 from vtrepro.core.cli import cli_entry, command_parser, os_error_message, positive_int
 from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
 from vtrepro.core.io import check_output_folder
+from vtrepro.model.loading import model_availability
 from vtrepro.regress.compare import (
     STATUS_ERROR,
     STATUS_FAIL,
@@ -59,16 +60,6 @@ def selected_runs(spec: Spec, datasets: str | None) -> Iterable[tuple[Condition,
                 yield condition, dataset
 
 
-def _model_availability(name: str, model_dir) -> str:
-    from vtrepro.model.loading import resolve_model
-
-    if Path(resolve_model(name, model_dir)).is_dir():
-        return "local"
-    if name.startswith((".", "/", "~")) or name.count("/") > 1:
-        return "missing: no such folder"
-    return "needs the Hugging Face Hub"
-
-
 def _training_plan(recipe_name: str, train_root: Path) -> str:
     from vtrepro.training.recipe import load_recipe
 
@@ -84,6 +75,7 @@ def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], data
     from vtrepro.data.beir import data_root
 
     lines = [f"{spec.path}: {len(selected)} run(s), metrics {', '.join(spec.metrics)}, top {spec.k}"]
+    problems: dict[str, str] = {}
     for condition, dataset in selected:
         if condition.retrieval == "bm25":
             what = f"BM25 k1={condition.bm25['k1']} b={condition.bm25['b']}"
@@ -93,7 +85,10 @@ def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], data
             what = _training_plan(condition.train, train_root)
         else:
             base = condition.model or condition.transfer["source"]
-            what = f"model {base} ({_model_availability(base, model_dir)})"
+            where, problem = model_availability(base, model_dir)
+            if problem:
+                problems[base] = problem
+            what = f"model {base} ({where})"
             if condition.transfer:
                 what += f", transferred ({condition.transfer.get('init', 'topology')})"
                 if "leaveout" in condition.transfer:
@@ -107,6 +102,7 @@ def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], data
             f"  {condition.name} / {dataset.name} [{dataset.split}]: {what}; data "
             f"{'local' if local else 'to download'}; {pinned} pinned score(s), {len(dataset.reference)} published"
         )
+    lines += [f"missing: {problem}" for problem in problems.values()]
     return "\n".join(lines)
 
 

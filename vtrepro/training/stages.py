@@ -6,8 +6,8 @@ import functools
 import sys
 from pathlib import Path
 
+from vtrepro.data.availability import data_path
 from vtrepro.training.distributed import Processes
-from vtrepro.training.inputs import data_path
 from vtrepro.training.recipe import Recipe, Stage
 from vtrepro.training.run_folder import stage_dir
 

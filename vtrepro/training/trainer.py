@@ -17,9 +17,9 @@ from vtrepro.core import checkpoints
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import read_jsonl
 from vtrepro.core.progress import Progress
+from vtrepro.data.availability import data_path
 from vtrepro.training import losses
 from vtrepro.training.distributed import Processes, rng_state, set_rng_state
-from vtrepro.training.inputs import data_path
 from vtrepro.training.recipe import Recipe
 from vtrepro.training.run_folder import (
     LOG_NAME,

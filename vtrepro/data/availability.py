@@ -1,0 +1,48 @@
+"""Whether a dataset or data file is here, can be downloaded, or is missing (with the one-line problem),
+checked before any work starts."""
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from vtrepro.core.errors import VtreproError
+from vtrepro.data.beir import BEIR_DATASETS, BEIR_URL, data_root, load_dataset
+
+DOWNLOAD_PROBE_TIMEOUT_S = 10.0
+
+
+def data_path(value: str, data_dir: str | Path | None) -> Path:
+    """A recipe file path: absolute, or relative to the data root (--data-dir / $VTREPRO_DATA) when set,
+    else to the working directory."""
+    path = Path(value).expanduser()
+    root = data_root(data_dir)
+    if path.is_absolute() or root is None:
+        return path
+    return path if path.exists() and not (root / path).exists() else root / path
+
+
+def dataset_availability(name: str, data_dir: str | Path | None) -> tuple[str, str | None]:
+    """A BEIR dataset name/folder or a corpus file: local, downloadable, or missing (with the problem)."""
+    if Path(name).expanduser().is_file():
+        return f"local {name}", None
+    try:
+        return f"local {load_dataset(name, data_dir, download=False).path}", None
+    except VtreproError as error:
+        if name not in BEIR_DATASETS:
+            return "missing", str(error)
+    url = BEIR_URL.format(name.split("/")[0])
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=DOWNLOAD_PROBE_TIMEOUT_S):
+            return "to download from BEIR", None
+    except OSError as error:
+        reason = " ".join(str(getattr(error, "reason", error)).split())[:120]
+        return "missing", (f"dataset {name} is not under the data root (--data-dir / $VTREPRO_DATA) and BEIR's "
+                           f"download server is unreachable ({reason})")
+
+
+def file_availability(value: str, data_dir: str | Path | None) -> tuple[str, str | None]:
+    path = data_path(value, data_dir)
+    if path.is_file():
+        return f"local {path}", None
+    return "missing", f"file {path} not found (relative paths are under --data-dir / $VTREPRO_DATA when set)"
