@@ -122,6 +122,20 @@ def test_every_command_runs_from_the_single_entry_with_help(command):
     assert code == 0 and f"usage: python -m vtrepro {command}" in stdout
 
 
+def test_shared_options_are_spelled_and_explained_alike():
+    """--data-dir / --model-dir come from core.cli everywhere; --output and --model are the names, old ones aliases."""
+    helps = {command: run("vtrepro", command, "--help")[1] for command in COMMANDS if command != "bench"}
+    for command, text in helps.items():
+        flat = " ".join(text.split())
+        if "--data-dir" in flat:
+            assert "data root holding beir/<dataset> (default: $VTREPRO_DATA)" in flat, command
+        if "--model-dir" in flat:
+            assert "folder of local model copies by Hub id (default: $VTREPRO_MODELS)" in flat, command
+    for command in ("transfer", "calibrate", "mlm"):
+        assert "--output FOLDER, --out FOLDER" in helps[command], command
+    assert "--model MODEL, --source MODEL" in helps["transfer"]
+
+
 @pytest.mark.parametrize("stage", ["encode", "index", "search", "evaluate", "regress"])
 def test_stage_packages_keep_their_python_m_command(stage):
     code, stdout, _ = run(f"vtrepro.{stage}", "--help")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
 import numpy as np
 
-from vtrepro.core.cli import cli_entry, command_parser, non_negative_int, positive_int
+from vtrepro.core.cli import add_data_dir, cli_entry, command_parser, non_negative_int, positive_int
 from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
 
 # torch and the encoders (transformers) are imported where they are used, on purpose: `--help` and
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     encode = commands.add_parser("encode", help="document encoding throughput vs sentence-transformers SparseEncoder")
     encode.add_argument("--model", help="model folder (default: $VTREPRO_MODELS/splade-tiny)")
-    encode.add_argument("--data-dir", help="data root holding beir/<dataset> (default: $VTREPRO_DATA)")
+    add_data_dir(encode)
     encode.add_argument("--dataset", default="scifact", help="BEIR dataset name or folder (default scifact)")
     encode.add_argument("--limit", type=non_negative_int, default=500, help="first N documents; 0 for all (default 500)")
     encode.add_argument("--batch-size", type=positive_int, default=32)

@@ -46,6 +46,17 @@ def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
     return parser
 
 
+def add_data_dir(parser: argparse._ActionsContainer) -> None:
+    """``--data-dir``: the data root holding ``beir/<dataset>/`` (default ``$VTREPRO_DATA``)."""
+    parser.add_argument("--data-dir", default=None, help="data root holding beir/<dataset> (default: $VTREPRO_DATA)")
+
+
+def add_model_dir(parser: argparse._ActionsContainer) -> None:
+    """``--model-dir``: the folder of local model copies by Hub id (default ``$VTREPRO_MODELS``)."""
+    parser.add_argument("--model-dir", default=None,
+                        help="folder of local model copies by Hub id (default: $VTREPRO_MODELS)")
+
+
 def os_error_message(error: OSError) -> str:
     """One line for an OS-level failure: the path, what happened and what to do."""
     where = f"{error.filename}: " if error.filename else ""

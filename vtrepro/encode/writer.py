@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from vtrepro.core.cli import cli_entry, command_parser, positive_float, positive_int
+from vtrepro.core.cli import add_data_dir, add_model_dir, cli_entry, command_parser, positive_float, positive_int
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output_folder, check_writable, sha256_file, write_json, write_jsonl
 from vtrepro.core.progress import Progress
@@ -252,12 +252,12 @@ def encode_queries(
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser("encode", __doc__)
     parser.add_argument("--model", required=True, help="hub id or folder of a masked-LM SPLADE model")
-    parser.add_argument("--model-dir", help="folder mapping hub ids to local copies (default: $VTREPRO_MODELS)")
+    add_model_dir(parser)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--dataset", help="BEIR dataset name or folder")
     source.add_argument("--corpus", type=Path, help="JSONL corpus ({_id|id, title?, text|contents})")
     parser.add_argument("--queries", type=Path, help="JSONL queries to encode with --corpus ({_id|id, text})")
-    parser.add_argument("--data-dir", help="data root holding beir/<dataset> (default: $VTREPRO_DATA)")
+    add_data_dir(parser)
     parser.add_argument("--split", default="test", help="query split to encode with --dataset (default test)")
     parser.add_argument("--output", required=True, type=Path, help="encoded corpus folder")
     parser.add_argument("--max-length-doc", type=positive_int, default=512, help="tokens per document (default 512)")

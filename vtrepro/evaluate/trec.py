@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytrec_eval
 
-from vtrepro.core.cli import cli_entry, command_parser
+from vtrepro.core.cli import add_data_dir, cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
 from vtrepro.search.lucene import Run, read_trec_run
 
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     judgements.add_argument("--qrels", type=Path, help="qrels file (BEIR TSV with header, or TREC 4-column)")
     judgements.add_argument("--dataset", help="BEIR dataset name or folder; uses its qrels/<split>.tsv")
     parser.add_argument("--split", default="test")
-    parser.add_argument("--data-dir", help="data root holding beir/<dataset> (default: $VTREPRO_DATA)")
+    add_data_dir(parser)
     parser.add_argument("--metrics", default=",".join(DEFAULT_METRICS), help="comma-separated, e.g. ndcg@10,recall@100")
     parser.add_argument("--baseline", type=Path,
                         help="second TREC run: compare per query (difference, wins/losses, paired t-test and "

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from vtrepro.core.cli import cli_entry, command_parser, os_error_message, positive_int
+from vtrepro.core.cli import add_data_dir, add_model_dir, cli_entry, command_parser, os_error_message, positive_int
 from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
 from vtrepro.core.io import check_output_folder
 from vtrepro.model.loading import model_availability
@@ -112,8 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = command_parser("regress", __doc__)
     parser.add_argument("--spec", required=True, help="spec file, or a name in regressions/ (e.g. beir_bm25_flat)")
     parser.add_argument("--datasets", help="comma-separated subset of the spec's datasets")
-    parser.add_argument("--data-dir", help="data root holding beir/<dataset> (default: $VTREPRO_DATA)")
-    parser.add_argument("--model-dir", help="folder of local model copies by hub id (default: $VTREPRO_MODELS)")
+    add_data_dir(parser)
+    add_model_dir(parser)
     parser.add_argument("--output", type=Path, default=Path("runs"), help="artifacts and reports (default runs/)")
     parser.add_argument("--threads", type=positive_int, default=2, help="search threads (default 2)")
     parser.add_argument("--vectors", type=Path,

@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from vtrepro.core.checkpoints import check_out, save_checkpoint
-from vtrepro.core.cli import cli_entry, command_parser, non_negative_int, positive_float, positive_int, share
+from vtrepro.core.cli import (
+    add_data_dir,
+    add_model_dir,
+    cli_entry,
+    command_parser,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    share,
+)
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.progress import Progress
 from vtrepro.data.texts import dataset_or_file_texts
@@ -142,7 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--dataset", help="BEIR dataset name or folder whose corpus is the training text")
     source.add_argument("--corpus", type=Path, help="corpus file: JSONL ('text', optional 'title') or id<TAB>text TSV")
-    parser.add_argument("--out", required=True, type=Path, help="output folder (must not exist or be empty)")
+    parser.add_argument("--output", "--out", dest="out", required=True, type=Path, metavar="FOLDER",
+                        help="output folder (must not exist or be empty; --out is the old spelling)")
     parser.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps (default: %(default)s)")
     parser.add_argument("--mask-rate", type=share, default=0.15,
                         help="share of tokens masked, in (0, 1] (default: %(default)s)")
@@ -156,8 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=non_negative_int, default=0,
                         help="seed of text order and masks (default: %(default)s)")
     parser.add_argument("--max-texts", type=positive_int, default=None, help="use only the first N texts of the corpus")
-    parser.add_argument("--data-dir", default=None, help="data root holding beir/<dataset> (else $VTREPRO_DATA)")
-    parser.add_argument("--model-dir", default=None, help="folder of local models for Hub ids (else $VTREPRO_MODELS)")
+    add_data_dir(parser)
+    add_model_dir(parser)
     parser.add_argument("--trust-remote-code", action="store_true", help="allow the model's own code to run")
     return parser
 

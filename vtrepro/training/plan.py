@@ -138,15 +138,15 @@ def _stage_command(stage: Stage, model: str, out: Path) -> str:
         reference = f" --reference {options['reference']}" if options["reference"] else ""
         leaveout = options["leaveout"]
         leaveout = f" --leaveout {leaveout['fraction']} --leaveout-seed {leaveout['seed']}" if leaveout else ""
-        return (f"python -m vtrepro transfer --source {model} --target-tokenizer {options['target_tokenizer']}{reference} "
+        return (f"python -m vtrepro transfer --model {model} --target-tokenizer {options['target_tokenizer']}{reference} "
                 f"--init {options['init']} --temperature {options['temperature']} --similarity {options['similarity']}"
-                f"{leaveout} --out {out}")
+                f"{leaveout} --output {out}")
     corpus = f"--dataset {options['dataset']}" if options["dataset"] else f"--corpus {options['corpus']}"
     if stage.name == "mlm":
         return (f"python -m vtrepro mlm --model {model} {corpus} --steps {options['steps']} --mask-rate "
                 f"{options['mask_rate']} --max-length {options['max_length']} --lr {options['lr']} "
                 f"--batch-size {options['batch_size']} --warmup-steps {options['warmup_steps']} "
-                f"--precision {options['precision']} --seed {options['seed']} --out {out}")
+                f"--precision {options['precision']} --seed {options['seed']} --output {out}")
     target = (f"--target-terms {options['target_terms']}" if options["target_terms"] is not None
               else f"--cut-percent {options['cut_percent'] or 60}")
-    return f"python -m vtrepro calibrate --model {model} {corpus} --docs {options['docs']} {target} --out {out}"
+    return f"python -m vtrepro calibrate --model {model} {corpus} --docs {options['docs']} {target} --output {out}"

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from vtrepro.core.cli import cli_entry, command_parser, positive_float
+from vtrepro.core.cli import add_data_dir, add_model_dir, cli_entry, command_parser, positive_float
 from vtrepro.training.distributed import Processes
 from vtrepro.training.inputs import check_inputs
 from vtrepro.training.plan import DEFAULT_GPU_TFLOPS, describe_plan
@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = command_parser("train", __doc__)
     parser.add_argument("--config", required=True, help="recipe YAML file, or a name in regressions/recipes/")
     parser.add_argument("--output", type=Path, help="run folder (default: runs/train/<recipe name>)")
-    parser.add_argument("--data-dir", help="data root holding beir/<dataset> and data files (default: $VTREPRO_DATA)")
-    parser.add_argument("--model-dir", help="folder of local model copies by hub id (default: $VTREPRO_MODELS)")
+    add_data_dir(parser)
+    add_model_dir(parser)
     parser.add_argument("--dry-run", action="store_true", help="validate the recipe, print the plan and cost, run nothing")
     parser.add_argument("--gpu-tflops", type=positive_float, default=DEFAULT_GPU_TFLOPS,
                         help="sustained TFLOP/s assumed by the --dry-run cost estimate (default: %(default)s)")

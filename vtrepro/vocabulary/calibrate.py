@@ -18,7 +18,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from vtrepro.core.checkpoints import check_out, save_checkpoint
-from vtrepro.core.cli import cli_entry, command_parser, non_negative_int, open_percent, positive_float, positive_int
+from vtrepro.core.cli import (
+    add_data_dir,
+    add_model_dir,
+    cli_entry,
+    command_parser,
+    non_negative_int,
+    open_percent,
+    positive_float,
+    positive_int,
+)
 from vtrepro.core.errors import VtreproError
 from vtrepro.data.texts import corpus_texts, dataset_or_file_texts
 
@@ -243,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--dataset", help="BEIR dataset name or folder (e.g. scifact)")
     source.add_argument("--corpus", type=Path, help="corpus JSONL with 'text' (and optional 'title') fields")
-    parser.add_argument("--data-dir", default=None, help="data root holding beir/<dataset> (else $VTREPRO_DATA)")
+    add_data_dir(parser)
     parser.add_argument("--docs", type=positive_int, default=DEFAULT_DOCS,
                         help="calibrate on the first N documents (default: %(default)s)")
     target = parser.add_mutually_exclusive_group()
@@ -259,8 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--queries", type=Path, default=None, help="queries JSONL ('text') for query-side FLOPS")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="texts per forward pass (default: 32)")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of the document sample (default: 0)")
-    parser.add_argument("--model-dir", default=None, help="folder of local models for Hub ids (else $VTREPRO_MODELS)")
-    parser.add_argument("--out", required=True, type=Path, help="output folder (must not exist or be empty)")
+    add_model_dir(parser)
+    parser.add_argument("--output", "--out", dest="out", required=True, type=Path, metavar="FOLDER",
+                        help="output folder (must not exist or be empty; --out is the old spelling)")
     return parser
 
 

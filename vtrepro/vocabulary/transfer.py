@@ -26,7 +26,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vtrepro.core.checkpoints import check_out, save_checkpoint
-from vtrepro.core.cli import cli_entry, command_parser, non_negative_int, open_fraction, positive_float, positive_int
+from vtrepro.core.cli import (
+    add_model_dir,
+    cli_entry,
+    command_parser,
+    non_negative_int,
+    open_fraction,
+    positive_float,
+    positive_int,
+)
 from vtrepro.core.errors import VtreproError
 from vtrepro.vocabulary.initialize import initialize_new
 from vtrepro.vocabulary.leaveout import make_leaveout_source
@@ -211,7 +219,8 @@ def run_transfer(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("transfer", __doc__)
-    parser.add_argument("--source", required=True, help="masked-LM checkpoint (folder or Hub id)")
+    parser.add_argument("--model", "--source", dest="source", required=True, metavar="MODEL",
+                        help="masked-LM checkpoint to transfer (folder or Hub id; --source is the old spelling)")
     parser.add_argument("--target-tokenizer", default=DEFAULT_TARGET,
                         help="tokenizer folder, Hub id or tokenizer.json (default: %(default)s)")
     parser.add_argument("--reference", default=None,
@@ -219,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default: the target tokenizer's model; none for a tokenizer.json)")
     parser.add_argument("--init", choices=INITS, default="topology",
                         help="initializer of target tokens without a source match (default: %(default)s)")
-    parser.add_argument("--out", required=True, type=Path, help="output folder (must not exist or be empty)")
+    parser.add_argument("--output", "--out", dest="out", required=True, type=Path, metavar="FOLDER",
+                        help="output folder (must not exist or be empty; --out is the old spelling)")
     parser.add_argument("--temperature", type=positive_float, default=1.0,
                         help="sparsemax temperature, > 0 (default: 1.0)")
     parser.add_argument("--similarity", choices=SIMILARITIES, default="cosine",
@@ -230,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of --init random (default: 0)")
     parser.add_argument("--chunk-size", type=positive_int, default=DEFAULT_CHUNK_SIZE,
                         help="target tokens per similarity chunk (default: %(default)s)")
-    parser.add_argument("--model-dir", default=None, help="folder of local models for Hub ids (else $VTREPRO_MODELS)")
+    add_model_dir(parser)
     parser.add_argument("--leaveout", type=open_fraction, default=None, metavar="FRACTION",
                         help="leave-out experiment: first remove this seeded share (0 < FRACTION < 1) of the "
                              "source's ordinary WordPiece tokens, then transfer back onto the target")
