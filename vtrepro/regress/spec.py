@@ -3,6 +3,9 @@
 A spec is YAML (documented in docs/regression-specs.md). Loading validates it completely and
 reports the first problem as ``file:line: what is wrong; how to fix it``. ``record_observed``
 writes observed values back as the expected ones, keeping the file's comments and order.
+
+One module of ~450 lines on purpose: the schema of a spec reads top to bottom as the document it
+checks (defaults, conditions, datasets, their blocks), each loader beside the dataclass it fills.
 """
 from __future__ import annotations
 
