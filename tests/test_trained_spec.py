@@ -1,10 +1,10 @@
 """`train: <recipe>` in a spec: regress trains the recipe's model once, then evaluates its final model."""
 import json
+import re
 
 import pytest
 from ruamel.yaml import YAML
 
-from vtrepro.core.errors import VtreproError
 from vtrepro.regress.runner import main as regress
 
 TRIPLES = [("what causes heart attacks", "heart attack causes and risk factors", "protein folding in yeast cells"),
@@ -40,5 +40,5 @@ def test_train_condition_trains_once_then_evaluates(tmp_path, splade_tiny, mini_
     assert "training " not in capfd.readouterr().err
 
     write_recipe(recipe, splade_tiny, triples, lr=1.0e-4)  # the recipe changed: the old model is refused
-    with pytest.raises(VtreproError, match="was not trained from the current .*mini_ft.yaml; remove"):
-        regress(arguments)
+    assert regress(arguments) == 2
+    assert re.search(r"error: ft/mini: .*was not trained from the current .*mini_ft.yaml; remove", capfd.readouterr().err)
