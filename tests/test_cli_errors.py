@@ -122,6 +122,13 @@ def test_every_command_runs_from_the_single_entry_with_help(command):
     assert code == 0 and f"usage: python -m vtrepro {command}" in stdout
 
 
+def test_the_public_api_resolves_lazily():
+    code = ("import sys, vtrepro\nassert 'torch' not in sys.modules\n"
+            "print(all(getattr(vtrepro, name) is not None for name in vtrepro.__all__))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "True", result.stderr
+
+
 def test_shared_options_are_spelled_and_explained_alike():
     """--data-dir / --model-dir come from core.cli everywhere; --output and --model are the names, old ones aliases."""
     helps = {command: run("vtrepro", command, "--help")[1] for command in COMMANDS if command != "bench"}

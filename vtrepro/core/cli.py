@@ -14,6 +14,7 @@ import functools
 import math
 import os
 import sys
+from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from vtrepro.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, VtreproError
@@ -55,6 +56,20 @@ def add_model_dir(parser: argparse._ActionsContainer) -> None:
     """``--model-dir``: the folder of local model copies by Hub id (default ``$VTREPRO_MODELS``)."""
     parser.add_argument("--model-dir", default=None,
                         help="folder of local model copies by Hub id (default: $VTREPRO_MODELS)")
+
+
+def add_text_source(parser: argparse.ArgumentParser, texts: str) -> None:
+    """``--dataset NAME | --corpus FILE`` (one required): where ``texts`` come from (see :mod:`vtrepro.data.texts`)."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--dataset", help=f"BEIR dataset name or folder whose corpus gives {texts}")
+    source.add_argument("--corpus", type=Path,
+                        help="corpus file: JSONL ('text' or 'contents', optional 'title') or id<TAB>text TSV")
+
+
+def add_output_folder(parser: argparse.ArgumentParser) -> None:
+    """``--output FOLDER`` (old spelling ``--out``), stored as ``args.out``: a new or empty folder."""
+    parser.add_argument("--output", "--out", dest="out", required=True, type=Path, metavar="FOLDER",
+                        help="output folder (must not exist or be empty; --out is the old spelling)")
 
 
 def os_error_message(error: OSError) -> str:

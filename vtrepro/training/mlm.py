@@ -18,6 +18,8 @@ from vtrepro.core.checkpoints import check_out, save_checkpoint
 from vtrepro.core.cli import (
     add_data_dir,
     add_model_dir,
+    add_output_folder,
+    add_text_source,
     cli_entry,
     command_parser,
     non_negative_int,
@@ -148,11 +150,8 @@ def run_mlm(
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("mlm", __doc__)
     parser.add_argument("--model", required=True, help="masked-LM checkpoint (folder or Hub id)")
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--dataset", help="BEIR dataset name or folder whose corpus is the training text")
-    source.add_argument("--corpus", type=Path, help="corpus file: JSONL ('text', optional 'title') or id<TAB>text TSV")
-    parser.add_argument("--output", "--out", dest="out", required=True, type=Path, metavar="FOLDER",
-                        help="output folder (must not exist or be empty; --out is the old spelling)")
+    add_text_source(parser, "the training texts")
+    add_output_folder(parser)
     parser.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps (default: %(default)s)")
     parser.add_argument("--mask-rate", type=share, default=0.15,
                         help="share of tokens masked, in (0, 1] (default: %(default)s)")

@@ -21,6 +21,8 @@ from vtrepro.core.checkpoints import check_out, save_checkpoint
 from vtrepro.core.cli import (
     add_data_dir,
     add_model_dir,
+    add_output_folder,
+    add_text_source,
     cli_entry,
     command_parser,
     non_negative_int,
@@ -249,9 +251,7 @@ def run_calibration(
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("calibrate", __doc__)
     parser.add_argument("--model", required=True, help="SPLADE / masked-LM checkpoint (folder or Hub id)")
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--dataset", help="BEIR dataset name or folder (e.g. scifact)")
-    source.add_argument("--corpus", type=Path, help="corpus JSONL with 'text' (and optional 'title') fields")
+    add_text_source(parser, "the calibration documents (e.g. scifact)")
     add_data_dir(parser)
     parser.add_argument("--docs", type=positive_int, default=DEFAULT_DOCS,
                         help="calibrate on the first N documents (default: %(default)s)")
@@ -269,8 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=positive_int, default=32, help="texts per forward pass (default: 32)")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of the document sample (default: 0)")
     add_model_dir(parser)
-    parser.add_argument("--output", "--out", dest="out", required=True, type=Path, metavar="FOLDER",
-                        help="output folder (must not exist or be empty; --out is the old spelling)")
+    add_output_folder(parser)
     return parser
 
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from vtrepro.core.checkpoints import check_out, save_checkpoint
 from vtrepro.core.cli import (
     add_model_dir,
+    add_output_folder,
     cli_entry,
     command_parser,
     non_negative_int,
@@ -228,8 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default: the target tokenizer's model; none for a tokenizer.json)")
     parser.add_argument("--init", choices=INITS, default="topology",
                         help="initializer of target tokens without a source match (default: %(default)s)")
-    parser.add_argument("--output", "--out", dest="out", required=True, type=Path, metavar="FOLDER",
-                        help="output folder (must not exist or be empty; --out is the old spelling)")
+    add_output_folder(parser)
     parser.add_argument("--temperature", type=positive_float, default=1.0,
                         help="sparsemax temperature, > 0 (default: 1.0)")
     parser.add_argument("--similarity", choices=SIMILARITIES, default="cosine",
