@@ -62,14 +62,6 @@ def write_json(path: str | Path, data: Any) -> None:
         handle.write("\n")
 
 
-def open_text(path: str | Path) -> IO[str]:
-    """Open a text file, transparently un-gzipping ``.gz`` files."""
-    path = Path(path)
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
-
-
 def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """Yield ``(line_number, text)`` of a UTF-8 (optionally gzipped) file; bad UTF-8 is an error naming the line."""
     path = Path(path)

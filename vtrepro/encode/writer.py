@@ -75,8 +75,6 @@ def check_encode_output(out_dir: str | Path) -> None:
     since resuming would delete or overwrite them.
     """
     out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise VtreproError(f"{out_dir}: is a file; --output must be a folder (new, or one encode wrote before)")
     check_output_folder(out_dir)
     if (out_dir / VECTORS_DIRNAME).is_dir():
         check_writable(out_dir / VECTORS_DIRNAME)
