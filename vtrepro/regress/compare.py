@@ -81,26 +81,28 @@ def compare(condition: Condition, dataset: DatasetRun, observation: Observation)
     for name, summary in observation.vectors.items():
         if name not in dataset.vectors:
             continue  # a spec recorded before fingerprints: judged in the encoded tier
-        expected = dataset.vectors[name]
-        status = _status(expected, summary.sha256, expected == summary.sha256, within=True)
-        rows.append(ResultRow(condition.name, dataset.name, f"vectors.{name}", "vectors", expected, summary.sha256,
+        pinned_sha = dataset.vectors[name]
+        status = _status(pinned_sha, summary.sha256, pinned_sha == summary.sha256, within=True)
+        rows.append(ResultRow(condition.name, dataset.name, f"vectors.{name}", "vectors", pinned_sha, summary.sha256,
                               status, tier, _vector_note(name, observation)))
-    for stat, observed in observation.index.items():
+    for stat, count in observation.index.items():
         if stat in dataset.index:
-            expected = dataset.index[stat]
-            within = (expected is not None and stat == "total_terms" and tier == TIER_ENCODED
-                      and abs(observed - expected) <= tolerance.total_terms * abs(expected))
-            delta = None if expected is None else observed - expected
-            note = "" if not delta else f"{delta:+d} ({delta / max(expected, 1):+.1e})"
-            rows.append(ResultRow(condition.name, dataset.name, stat, "index", expected, observed,
-                                  _status(expected, observed, expected == observed, within), tier, note))
-    for metric, observed in observation.scores.items():
-        expected = dataset.scores.get(metric)
-        same = expected is not None and _same(expected, observed)
-        delta = None if expected is None else round(observed, 4) - expected
+            pinned_count = dataset.index[stat]
+            within = (pinned_count is not None and stat == "total_terms" and tier == TIER_ENCODED
+                      and abs(count - pinned_count) <= tolerance.total_terms * abs(pinned_count))
+            note = ""
+            if pinned_count is not None and count != pinned_count:
+                difference = count - pinned_count
+                note = f"{difference:+d} ({difference / max(pinned_count, 1):+.1e})"
+            rows.append(ResultRow(condition.name, dataset.name, stat, "index", pinned_count, count,
+                                  _status(pinned_count, count, pinned_count == count, within), tier, note))
+    for metric, score in observation.scores.items():
+        pinned_score = dataset.scores.get(metric)
+        same = pinned_score is not None and _same(pinned_score, score)
+        delta = None if pinned_score is None else round(score, 4) - pinned_score
         within = tier == TIER_ENCODED and delta is not None and abs(delta) <= tolerance.scores + 1e-9
-        rows.append(ResultRow(condition.name, dataset.name, metric, "score", expected, observed,
-                              _status(expected, observed, same, within), tier,
+        rows.append(ResultRow(condition.name, dataset.name, metric, "score", pinned_score, score,
+                              _status(pinned_score, score, same, within), tier,
                               "" if same or delta is None else f"{delta:+.4f}"))
     for metric, published in dataset.reference.items():
         within = abs(round(observation.scores[metric], 4) - published) <= condition.reference_tolerance + 1e-9

@@ -2,10 +2,13 @@
 backward (:class:`MaxPooledProjection`), and the dropout setting of a recipe."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 class MaxPooledProjection(torch.autograd.Function):
@@ -46,13 +49,15 @@ class SpladeModel(nn.Module):
     the MLM logits)), special-token terms zeroed. ``forward`` takes several tokenized batches at once so
     DDP sees one forward per step."""
 
-    def __init__(self, name: str, mlm: nn.Module, tokenizer: Any):
+    keep: Tensor  # buffer: 0.0 for special-token terms and ids past the tokenizer, else 1.0
+
+    def __init__(self, name: str, mlm: PreTrainedModel, tokenizer: Any):
         from vtrepro.model.splade import mlm_head_transform
 
         super().__init__()
         self.mlm = mlm
         self.head = mlm_head_transform(name, mlm.eval(), tokenizer)  # shares the MLM head's parameters
-        self.decoder = mlm.get_output_embeddings()
+        self.decoder: nn.Linear = mlm.get_output_embeddings()  # a Linear: mlm_head_transform checks it
         keep = torch.ones(self.decoder.out_features)
         keep[sorted(set(tokenizer.all_special_ids) | set(range(len(tokenizer), len(keep))))] = 0.0
         self.register_buffer("keep", keep, persistent=False)

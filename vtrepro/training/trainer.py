@@ -8,7 +8,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -107,7 +107,7 @@ class Trainer:
             elif processes.main:
                 print(f"resuming a {self.state['world']}-process run with {processes.world}: same data order, "
                       "new dropout random streams", file=sys.stderr)
-        self.ddp = self.model
+        self.ddp: torch.nn.Module = self.model  # wrapped in DistributedDataParallel below when distributed
         if processes.world > 1:
             from torch.nn.parallel import DistributedDataParallel
 
@@ -224,7 +224,7 @@ class Trainer:
                 (loss * processes.world).backward()  # DDP averages gradients; the loss is already global
                 if training["max_grad_norm"] is not None:
                     torch.nn.utils.clip_grad_norm_(self.model.parameters(), training["max_grad_norm"])
-                metrics["lr"] = self.scheduler.get_last_lr()[0]
+                metrics["lr"] = cast(float, self.scheduler.get_last_lr()[0])  # a float: the optimizer's lr is one
                 self.optimizer.step()
                 self.scheduler.step()
                 self.step += 1

@@ -116,6 +116,7 @@ def initialize_new(
     overlap, new = match.overlap, match.new
     report: dict[str, Any] = {}
     if init == "topology":
+        assert reference is not None, "topology needs reference embeddings (transfer refuses it without --reference)"
         weights = topology_weights(reference[:len(target_tokenizer)], overlap, new, temperature, similarity, chunk_size)
         support = torch.bincount(weights.coalesce().indices()[0], minlength=len(new))
         report["support"] = _summary(support)

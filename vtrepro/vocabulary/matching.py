@@ -92,9 +92,10 @@ class VocabularyScheme:
     def split(self, token: str) -> tuple[str, bool] | None:
         """``(spelling, word_start)`` of an entry; None for one without text (a lone marker, a byte piece)."""
         if self.byte_level:
-            token = decode_byte_level(token)
-            if token is None:
+            decoded = decode_byte_level(token)
+            if decoded is None:
                 return None
+            token = decoded
         prefix, marker = self.continuation_prefix, self.word_start_marker
         if prefix and token.startswith(prefix) and len(token) > len(prefix):
             spelling, word_start = token[len(prefix):], False
@@ -173,9 +174,9 @@ def special_roles(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
         if isinstance(index, int):
             roles[role] = index
     for index, added in tokenizer.added_tokens_decoder.items():
-        role = SPECIAL_NAMES.get(added.content)
-        if role and added.special:
-            roles.setdefault(role, index)
+        named = SPECIAL_NAMES.get(added.content)
+        if named and added.special:
+            roles.setdefault(named, index)
     return roles
 
 
@@ -255,15 +256,18 @@ def match_vocabularies(
     for index in range(len(target_tokenizer)):
         if index in match.special:
             continue
-        form = target_forms.get(index)
+        target_form = target_forms.get(index)
+        if target_form is None:  # no text to match (a special token, a lone marker, a byte piece)
+            match.new.append(index)
+            continue
         candidates = [
-            (source, source_form) for source, source_form in (by_text.get(form.text, []) if form else [])
-            if (scheme.can_start_word(source_form) if form.word_start else not source_form.word_start)
+            (source, source_form) for source, source_form in by_text.get(target_form.text, [])
+            if (scheme.can_start_word(source_form) if target_form.word_start else not source_form.word_start)
         ]
         if len(candidates) == 1:
             match.exact[index] = candidates[0][0]
         elif candidates:
-            match.merged[index] = merge_weights(form, candidates)
+            match.merged[index] = merge_weights(target_form, candidates)
         else:
             match.new.append(index)
     return match

@@ -7,7 +7,7 @@ follows a new pad id and points the config's token ids at the new special tokens
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from vtrepro.vocabulary.matching import ROLES, VocabularyMatch, role_id
 from vtrepro.vocabulary.topology import combine_rows, sparse_matrix
@@ -22,7 +22,7 @@ CONFIG_ROLE_KEYS = {f"{role}_token_id": role for role in ROLES}
 
 def vocabulary_tables(model: PreTrainedModel) -> tuple[dict[str, Tensor], bool]:
     """Float32 copies of the vocabulary-indexed weights and whether the decoder is tied."""
-    embeddings = model.get_input_embeddings().weight
+    embeddings = _input_weight(model)
     head = model.get_output_embeddings()
     tied = head.weight.data_ptr() == embeddings.data_ptr()
     tables = {"embeddings": embeddings.detach().float().clone()}
@@ -68,7 +68,7 @@ def install_vocabulary(model: PreTrainedModel, tables: dict[str, Tensor], roles:
     model.resize_token_embeddings(tables["embeddings"].shape[0], mean_resizing=False)
     head = model.get_output_embeddings()
     with torch.no_grad():
-        model.get_input_embeddings().weight.copy_(tables["embeddings"])
+        _input_weight(model).copy_(tables["embeddings"])
         if "decoder" in tables:
             head.weight.copy_(tables["decoder"])
         if "bias" in tables:
@@ -81,6 +81,11 @@ def install_vocabulary(model: PreTrainedModel, tables: dict[str, Tensor], roles:
     model.get_input_embeddings().padding_idx = new_pad
     if old_pad is not None and new_pad is not None and old_pad != new_pad:
         _move_padding(model, old_pad, new_pad)
+
+
+def _input_weight(model: PreTrainedModel) -> Tensor:
+    """The input embedding matrix (torch types a submodule's attributes as ``Tensor | Module``)."""
+    return cast("Tensor", model.get_input_embeddings().weight)
 
 
 def _sharing(model: PreTrainedModel) -> dict[str, int]:
@@ -114,7 +119,8 @@ def _move_padding(model: PreTrainedModel, old_pad: int, new_pad: int) -> None:
     for module in model.modules():
         if getattr(module, "padding_idx", None) != old_pad:
             continue
-        module.padding_idx = new_pad
+        # torch's stubs allow only Tensor | Module through Module.__setattr__; a plain int is stored as usual
+        module.padding_idx = new_pad  # type: ignore[assignment]
         positions = getattr(module, "position_embeddings", None)
         if hasattr(module, "create_position_ids_from_input_ids") and isinstance(positions, torch.nn.Embedding):
             with torch.no_grad():

@@ -34,6 +34,7 @@ def load_tokenizer(name_or_path: str | Path, model_dir: str | Path | None = None
 
     file = Path(str(name_or_path)).expanduser()
     folder = Path(resolve_model(name_or_path, model_dir))
+    tokenizer: PreTrainedTokenizerBase
     try:
         if file.is_file():
             backend = Tokenizer.from_file(str(file))
