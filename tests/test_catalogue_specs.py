@@ -222,8 +222,10 @@ def test_the_catalogue_bases_are_valid(tmp_path: Path) -> None:
     (tmp_path / "recipe.yaml").write_text(RECIPE)
     spec = load_spec(tmp_path / "spec.yaml")
     assert spec.k == 1000 and spec.conditions[0].trust_remote_code is False
-    assert spec.conditions[2].transfer == {"source": "splade-tiny", "init": "topology", "temperature": 1.0,
-                                           "target_norm": False, "seed": 0}
+    transfer = spec.conditions[2].stages[0]
+    assert spec.conditions[2].model == "splade-tiny"
+    assert {key: transfer.options[key] for key in ("init", "temperature", "target_norm", "seed")} == {
+        "init": "topology", "temperature": 1.0, "target_norm": False, "seed": 0}
     assert load_recipe(tmp_path / "recipe.yaml").stages[0].options["init"] == "topology"
 
 

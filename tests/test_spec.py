@@ -107,10 +107,15 @@ def test_tolerances_inherit_from_defaults_and_fingerprints_load(tmp_path):
 
 def test_transfer_and_calibrate_blocks(tmp_path):
     condition = load_spec(write(tmp_path, TRANSFER)).conditions[0]
-    assert condition.retrieval == "impact" and condition.model is None
-    assert condition.transfer == {"source": "splade-tiny", "reference": "sentence-transformers/all-MiniLM-L6-v2",
-                                  "init": "topology", "temperature": 0.5, "leaveout": {"fraction": 0.1, "seed": 0}}
-    assert condition.calibrate == {"dataset": "scifact", "docs": 500, "target_terms": 286.0}
+    assert condition.retrieval == "impact" and condition.model == "splade-tiny"
+    transfer, calibrate = condition.stages
+    assert transfer.name == "transfer" and transfer.options == {
+        "target_tokenizer": "bert-base-uncased", "reference": "sentence-transformers/all-MiniLM-L6-v2",
+        "init": "topology", "temperature": 0.5, "similarity": "cosine", "target_norm": False, "seed": 0,
+        "leaveout": {"fraction": 0.1, "seed": 0}}
+    assert calibrate.name == "calibrate" and calibrate.options == {
+        "dataset": "scifact", "corpus": None, "docs": 500, "cut_percent": None, "target_terms": 286.0,
+        "max_length": 512, "max_sample": 10_000, "batch_size": 32, "seed": 0}
     broken = TRANSFER.replace("target_terms: 286", "target_terms: 286, cut_percent: 60")
     with pytest.raises(VtreproError, match=r"spec\.yaml:9: .*not both"):
         load_spec(write(tmp_path, broken))

@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import errno
 import functools
-import math
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 from vtrepro.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, VtreproError
+from vtrepro.core.schema import REQUIRED, Field, bounds_text, within
 
 VERBOSE_ENV = "VTREPRO_VERBOSE"
 _GLOBAL_FLAGS = ("--verbose", "--debug")
@@ -64,6 +64,16 @@ def add_text_source(parser: argparse.ArgumentParser, texts: str) -> None:
     source.add_argument("--dataset", help=f"BEIR dataset name or folder whose corpus gives {texts}")
     source.add_argument("--corpus", type=Path,
                         help="corpus file: JSONL ('text' or 'contents', optional 'title') or id<TAB>text TSV")
+
+
+DEFAULT_THREADS = 1
+
+
+def add_threads(parser: argparse._ActionsContainer, what: str) -> None:
+    """``--threads N`` (default :data:`DEFAULT_THREADS` in every command): threads for ``what``. Search
+    results do not depend on it; indexing keeps document order, and so ties, only with one thread."""
+    parser.add_argument("--threads", type=positive_int, default=DEFAULT_THREADS,
+                        help=f"{what} (default: %(default)s)")
 
 
 def add_output_folder(parser: argparse.ArgumentParser) -> None:
@@ -128,23 +138,18 @@ def cli_entry(main: Callable[[list[str] | None], int]) -> Command:
     return wrapper
 
 
-def number_in(kind: type, low: float, high: float = math.inf, *, low_open: bool = False,
-              high_open: bool = False) -> Callable[[str], Any]:
-    """An argparse type for a finite ``kind`` (int or float) in the interval from ``low`` to ``high``."""
-    noun = "an integer" if kind is int else "a number"
-    if high == math.inf:
-        label = f"{noun} {'>' if low_open else '>='} {low:g}"
-    else:
-        label = f"{noun} in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+def number_in(kind: type, minimum: float | None = None, maximum: float | None = None,
+              above: float | None = None, below: float | None = None) -> Callable[[str], Any]:
+    """An argparse type for a finite ``kind`` (int or float) within the bounds (``minimum``/``maximum``
+    inclusive, ``above``/``below`` exclusive)."""
+    label = f"{'an integer' if kind is int else 'a number'} {bounds_text(minimum, maximum, above, below)}".strip()
 
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {label}, got {text!r}") from None
-        below = value < low or (low_open and value == low)
-        above = value > high or (high_open and value == high)
-        if not math.isfinite(value) or below or above:
+        if not within(value, minimum, maximum, above, below):
             raise argparse.ArgumentTypeError(f"expected {label}, got {text!r}")
         return value
 
@@ -152,12 +157,27 @@ def number_in(kind: type, low: float, high: float = math.inf, *, low_open: bool 
     return parse
 
 
-positive_int = number_in(int, 1)
-non_negative_int = number_in(int, 0)
-positive_float = number_in(float, 0, low_open=True)
-open_fraction = number_in(float, 0, 1, low_open=True, high_open=True)
-"""A share strictly between 0 and 1 (e.g. a leave-out fraction)."""
-share = number_in(float, 0, 1, low_open=True)
-"""A share in (0, 1] (e.g. a masking rate)."""
-open_percent = number_in(float, 0, 100, low_open=True, high_open=True)
-"""A percentage strictly between 0 and 100 (e.g. a calibration cut)."""
+positive_int = number_in(int, minimum=1)
+non_negative_int = number_in(int, minimum=0)
+positive_float = number_in(float, above=0)
+
+
+def add_options(parser: argparse._ActionsContainer, schema: dict[str, Field], names: Sequence[str] | None = None) -> None:
+    """One ``--flag-name`` per field of ``schema`` (or of ``names``): its type, bounds, choices, default
+    and help, so a command line takes exactly what a spec or recipe takes."""
+    for name in names or schema:
+        field = schema[name]
+        flag = "--" + name.replace("_", "-")
+        default = None if field.default is REQUIRED else field.default
+        shown = f"{field.help} (default: %(default)s)" if default is not None else field.help
+        if field.kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction if default else "store_true",
+                                default=bool(default), help=field.help)
+        elif field.kind in (int, float):
+            parser.add_argument(flag, type=number_in(field.kind, *field.bounds), default=default,
+                                required=field.default is REQUIRED, help=shown)
+        elif field.kind is str:
+            parser.add_argument(flag, choices=field.choices or None, default=default,
+                                required=field.default is REQUIRED, help=shown)
+        else:
+            raise TypeError(f"{name}: a {field.kind} field has no command-line form")

@@ -1,11 +1,20 @@
-"""YAML read with line numbers, and the value checks specs and recipes share (file:line errors)."""
+"""The one YAML schema engine of specs and recipes: YAML read with line numbers, :class:`Field`
+(a key's type, default, choices and bounds) and :class:`Checker`, which validates a mapping against
+a schema of fields and reports the first problem as one ``file:line: ...`` error.
+
+The modules that own options declare them as fields (``vocabulary.transfer.TRANSFER_OPTIONS``,
+``vocabulary.calibrate.CALIBRATE_OPTIONS``, ``training.mlm.MLM_OPTIONS``); specs, recipes and the
+command-line parsers (:func:`vtrepro.core.cli.add_options`) are all read from them.
+"""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.scalarbool import ScalarBoolean
 
@@ -59,3 +68,123 @@ def within(value: float, minimum: float | None = None, maximum: float | None = N
     """Whether a finite ``value`` lies within the bounds (``minimum``/``maximum`` inclusive, ``above``/``below`` not)."""
     return (math.isfinite(value) and (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
             and (above is None or value > above) and (below is None or value < below))
+
+
+REQUIRED: Any = object()
+"""The default of a :class:`Field` that must be given."""
+
+_KIND_NAMES = {int: "an integer", float: "a number", str: "a non-empty string", bool: "true or false",
+               "mapping": "a mapping", "list": "a list", "str_list": "a non-empty list of strings"}
+
+
+@dataclass(frozen=True)
+class Field:
+    """One key of a YAML mapping (and of a command line, where it has a flag).
+
+    ``kind`` is int, float, str, bool, ``"mapping"``, ``"list"`` or ``"str_list"``; ``minimum`` and
+    ``maximum`` are inclusive bounds, ``above`` and ``below`` exclusive ones; ``nullable`` allows an
+    empty value (None); ``help`` is the command-line help text; ``what`` says in words what a valid
+    value is, where the type alone does not.
+    """
+
+    kind: type | str
+    default: Any = REQUIRED
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    above: float | None = None
+    below: float | None = None
+    nullable: bool = False
+    help: str = ""
+    what: str = ""
+
+    @property
+    def bounds(self) -> tuple[float | None, float | None, float | None, float | None]:
+        return self.minimum, self.maximum, self.above, self.below
+
+    def expected(self) -> str:
+        """What a valid value is, in words: ``an integer >= 1``, ``one of a, b``."""
+        if self.what:
+            return self.what
+        if self.choices:
+            return f"one of {', '.join(self.choices)}"
+        bounds = bounds_text(*self.bounds) if self.kind in (int, float) else ""
+        return f"{_KIND_NAMES[self.kind]}{f' {bounds}' if bounds else ''}"
+
+
+def defaults(schema: dict[str, Field]) -> dict[str, Any]:
+    """Every optional key of ``schema`` with its default."""
+    return {name: field.default for name, field in schema.items() if field.default is not REQUIRED}
+
+
+class Checker:
+    """Validates YAML nodes against schemas; every problem names the file, the line and the key.
+
+    ``where`` arguments name the mapping being read in messages (``training``, ``condition 'x'.bm25``);
+    ``""`` is the document itself, called ``top`` (``the spec``, ``the recipe``).
+    """
+
+    def __init__(self, path: Path, top: str):
+        self.path, self.top = path, top
+
+    def fail(self, node: Any, key: Any, message: str) -> VtreproError:
+        """An error at ``node[key]``'s line (a mapping key or a list index), else at ``node``'s."""
+        line = getattr(getattr(node, "lc", None), "line", None)
+        if isinstance(node, CommentedMap) and key in node.lc.data:  # keys merged from an anchor have no line here
+            line = node.lc.key(key)[0]
+        elif isinstance(node, CommentedSeq) and isinstance(key, int) and key < len(node):
+            line = node.lc.item(key)[0]
+        return VtreproError(f"{self.path}{'' if line is None else f':{line + 1}'}: {message}")
+
+    def mapping(self, parent: Any, key: Any, allowed: set[str] | dict[str, Any], where: str) -> CommentedMap:
+        """``parent[key]`` (``parent`` itself for key None) as a mapping of ``allowed`` keys; empty for null."""
+        node = parent if key is None else parent.get(key)
+        if node is None:
+            return CommentedMap()
+        if not isinstance(node, CommentedMap):
+            raise self.fail(parent, key, f"{where or self.top} must be a mapping")
+        for name in node:
+            if name not in allowed:
+                raise self.fail(node, name, f"unknown key '{name}' in {where or self.top}; "
+                                            f"expected one of {', '.join(sorted(allowed))}")
+        return node
+
+    def read(self, parent: Any, key: Any, schema: dict[str, Field], where: str,
+             fill: bool = True) -> dict[str, Any]:
+        """``parent[key]`` (``parent`` for key None) checked against ``schema``: unknown keys, required
+        keys and every value; absent keys get their defaults (only the given keys when not ``fill``)."""
+        node = self.mapping(parent, key, schema, where)
+        values = {}
+        for name, field in schema.items():
+            if name in node:
+                values[name] = self.value(node, name, field, f"{where}.{name}" if where else name)
+            elif field.default is REQUIRED:
+                raise self.fail(parent, key, f"{where or self.top} needs '{name}'")
+            elif fill:
+                values[name] = field.default
+        return values
+
+    def value(self, node: CommentedMap, key: Any, field: Field, label: str) -> Any:
+        """``node[key]`` checked against ``field``; ``label`` names it in the message."""
+        value = node[key]
+        if value is None and field.nullable:
+            return None
+        if field.kind == "str_list":
+            valid = isinstance(value, list) and bool(value) and all(isinstance(item, str) for item in value)
+            value = tuple(value) if valid else value
+        elif isinstance(field.kind, str):
+            valid = isinstance(value, CommentedMap if field.kind == "mapping" else CommentedSeq)
+        elif field.kind is bool:
+            valid = is_boolean(value)
+            value = bool(value) if valid else value
+        elif field.kind is str:
+            valid = isinstance(value, str) and bool(value.strip()) and (not field.choices or value in field.choices)
+            value = str(value) if valid else value
+        else:
+            numeric = isinstance(value, int if field.kind is int else (int, float)) and not is_boolean(value)
+            valid = numeric and within(value, *field.bounds)
+            value = field.kind(value) if valid else value
+        if not valid:
+            fix = f"; {BOOLEAN_FIX}" if field.kind is bool else ""
+            raise self.fail(node, key, f"{label} must be {field.expected()}, got {value!r}{fix}")
+        return value

@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from vtrepro.core.cli import cli_entry, command_parser, positive_int, verbose
+from vtrepro.core.cli import add_threads, cli_entry, command_parser, verbose
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output_folder, write_jsonl
 from vtrepro.core.java import java_class, java_errors, start_jvm
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="encoded corpus folder (with manifest.json) or a folder of JsonVectorCollection *.jsonl")
     parser.add_argument("--index", required=True, type=Path,
                         help="output index folder (an existing index is replaced once the new one is complete)")
-    parser.add_argument("--threads", type=positive_int, default=1, help="indexing threads (1 keeps runs tie-stable)")
+    add_threads(parser, "indexing threads (only 1 keeps the document order, and so tie order, fixed)")
     args = parser.parse_args(argv)
 
     from vtrepro.encode.writer import MANIFEST_NAME, load_manifest, vectors_folder

@@ -2,6 +2,7 @@
 checkpoint) and running it over one dataset: encode or reuse vectors, index, search, score."""
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
@@ -20,6 +21,8 @@ from vtrepro.encode.fingerprint import (
 from vtrepro.regress.compare import Observation
 from vtrepro.regress.sources import cached_fingerprint, vector_differences
 from vtrepro.regress.spec import Condition, DatasetRun, EncodedVectors, Spec
+from vtrepro.training.run_folder import stage_dir
+from vtrepro.training.stages import run_stage
 
 
 def _cached_build(folder: Path, settings: dict[str, Any], build: Callable[[Path], None]) -> Path:
@@ -63,33 +66,15 @@ def trained_model(recipe_name: str, train_root: Path, model_dir: str | None, dat
 
 def build_model(condition: Condition, work_dir: Path, model_dir: str | None, data_dir: str | None,
                 train_root: Path = Path("runs/train")) -> str:
-    """The condition's model: its ``model``, the final model of its ``train`` recipe, or the
-    checkpoint its transfer/calibrate blocks build."""
+    """The condition's model: its ``model``, or the final model of its ``train`` recipe, then each of its
+    stages (transfer, calibration) applied in order, each built once into ``work_dir``."""
     if condition.train:
         return trained_model(condition.train, train_root, model_dir, data_dir)
-    model = condition.model
-    if condition.transfer:
-        from vtrepro.vocabulary.transfer import DEFAULT_TARGET, run_transfer
-
-        settings = dict(condition.transfer)
-        source = settings.pop("source")
-        target = settings.pop("target_tokenizer", DEFAULT_TARGET)
-        reference = settings.pop("reference", None)
-        init = settings.pop("init", "topology")
-        stamp = {"source": source, "target_tokenizer": target, "reference": reference, "init": init, **settings}
-        model = str(_cached_build(
-            work_dir / "transferred", stamp,
-            lambda folder: run_transfer(source, target, reference, init, folder, model_dir=model_dir, **settings),
-        ))
-    if condition.calibrate:
-        from vtrepro.vocabulary.calibrate import run_calibration
-
-        settings = dict(condition.calibrate)
-        dataset = settings.pop("dataset")
-        model = str(_cached_build(
-            work_dir / "calibrated", {"model": model, **condition.calibrate},
-            lambda folder: run_calibration(model, folder, dataset=dataset, data_dir=data_dir, model_dir=model_dir, **settings),
-        ))
+    model = str(condition.model)
+    for index, stage in enumerate(condition.stages):
+        build = functools.partial(run_stage, stage, model, data_dir=data_dir, model_dir=model_dir,
+                                  trust_remote_code=condition.trust_remote_code)
+        model = str(_cached_build(stage_dir(work_dir, index, stage), {"model": model, **stage.options}, build))
     return model
 
 
@@ -102,7 +87,7 @@ class ConditionRunner:
         self.condition, self.spec, self.output, self.train_root = condition, spec, output, train_root
         self.model_dir, self.data_dir, self.threads = model_dir, data_dir, threads
         self._encoder = None
-        self._model = None
+        self._model: str | None = None
         self._model_error: VtreproError | None = None
 
     @property
@@ -176,7 +161,8 @@ class ConditionRunner:
 
         documents = ((document.doc_id, document.contents) for document in dataset.corpus())
         stats = build_bm25_index(documents, artifacts / "index", threads=1)
-        run = search_bm25(artifacts / "index", queries, self.spec.k, self.threads, **self.condition.bm25)
+        run = search_bm25(artifacts / "index", queries, self.spec.k, self.threads,
+                          k1=self.condition.bm25["k1"], b=self.condition.bm25["b"])
         return run, stats
 
     def _impact(self, dataset, queries: dict[str, str], artifacts: Path, encoded: EncodedVectors | None):

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from vtrepro.core.cli import add_data_dir, add_model_dir, cli_entry, command_parser, os_error_message, positive_int
+from vtrepro.core.cli import add_data_dir, add_model_dir, add_threads, cli_entry, command_parser, os_error_message
 from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
 from vtrepro.core.io import check_output_folder
 from vtrepro.model.loading import model_availability
@@ -42,6 +42,7 @@ from vtrepro.regress.conditions import ConditionRunner
 from vtrepro.regress.report import format_table, tally, write_report
 from vtrepro.regress.sources import check_encoded, vector_sources
 from vtrepro.regress.spec import Condition, DatasetRun, Spec, load_spec, record_observed
+from vtrepro.training.stages import Stage
 
 
 def selected_runs(spec: Spec, datasets: str | None) -> Iterable[tuple[Condition, DatasetRun]]:
@@ -84,17 +85,11 @@ def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], data
         elif condition.train:
             what = _training_plan(condition.train, train_root)
         else:
-            base = condition.model or condition.transfer["source"]
+            base = str(condition.model)
             where, problem = model_availability(base, model_dir)
             if problem:
                 problems[base] = problem
-            what = f"model {base} ({where})"
-            if condition.transfer:
-                what += f", transferred ({condition.transfer.get('init', 'topology')})"
-                if "leaveout" in condition.transfer:
-                    what += f" after leaving out {condition.transfer['leaveout']['fraction']:.0%} of its tokens"
-            if condition.calibrate:
-                what += f", calibrated on {condition.calibrate['dataset']}"
+            what = f"model {base} ({where})" + "".join(_describe_stage(stage) for stage in condition.stages)
         root = data_root(data_dir)
         local = root is not None and any((root / sub / dataset.name).is_dir() for sub in ("beir", "."))
         pinned = sum(value is not None for value in dataset.scores.values())
@@ -106,6 +101,15 @@ def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], data
     return "\n".join(lines)
 
 
+def _describe_stage(stage: Stage) -> str:
+    options = stage.options
+    if stage.name == "transfer":
+        leaveout = options["leaveout"]
+        held_out = f" after leaving out {leaveout['fraction']:.0%} of its tokens" if leaveout else ""
+        return f", transferred ({options['init']}){held_out}"
+    return f", calibrated on {options['dataset'] or options['corpus']}"
+
+
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -115,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     add_data_dir(parser)
     add_model_dir(parser)
     parser.add_argument("--output", type=Path, default=Path("runs"), help="artifacts and reports (default runs/)")
-    parser.add_argument("--threads", type=positive_int, default=2, help="search threads (default 2)")
+    add_threads(parser, "search threads (results do not depend on it; indexing always uses 1)")
     parser.add_argument("--vectors", type=Path,
                         help="use these encoded vectors instead of encoding: a bundle from 'python -m vtrepro export', "
                              "a folder laid out <condition>/<dataset>/, or one encoded corpus folder for one run")

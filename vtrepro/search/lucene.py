@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
-from vtrepro.core.cli import cli_entry, command_parser, positive_int
+from vtrepro.core.cli import add_threads, cli_entry, command_parser, positive_int
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, check_output_file, read_lines
 from vtrepro.core.java import java_class, java_errors
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", required=True, type=Path, help="encoded queries.jsonl ({id, vector})")
     parser.add_argument("--output", required=True, type=Path, help="TREC run file to write (replaced when complete)")
     parser.add_argument("--k", type=positive_int, default=1000, help="hits per query (default 1000)")
-    parser.add_argument("--threads", type=positive_int, default=1)
+    add_threads(parser, "search threads (results do not depend on it)")
     parser.add_argument("--keep-query-id", action="store_true", help="keep hits whose docid equals the query id")
     args = parser.parse_args(argv)
     check_output_file(args.output)

@@ -18,17 +18,16 @@ from vtrepro.core.checkpoints import check_out, save_checkpoint
 from vtrepro.core.cli import (
     add_data_dir,
     add_model_dir,
+    add_options,
     add_output_folder,
     add_text_source,
     cli_entry,
     command_parser,
-    non_negative_int,
-    positive_float,
     positive_int,
-    share,
 )
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.progress import Progress
+from vtrepro.core.schema import Field
 from vtrepro.data.texts import dataset_or_file_texts
 from vtrepro.training.data import permutation
 from vtrepro.training.schedule import lr_factor
@@ -42,6 +41,21 @@ if TYPE_CHECKING:
 REPORT_NAME = "mlm_report.json"
 RANDOM_SHARE = 0.1
 KEEP_SHARE = 0.1
+
+MLM_OPTIONS = {
+    "dataset": Field(str, None, nullable=True),
+    "corpus": Field(str, None, nullable=True),
+    "steps": Field(int, 1000, minimum=1, help="optimizer steps"),
+    "mask_rate": Field(float, 0.15, above=0, maximum=1, help="share of tokens masked, in (0, 1]"),
+    "max_length": Field(int, 128, minimum=8, help="tokens per text, at least 8"),
+    "lr": Field(float, 5e-5, above=0, help="peak learning rate"),
+    "batch_size": Field(int, 32, minimum=1, help="texts per step"),
+    "warmup_steps": Field(int, 0, minimum=0, help="linear warm-up steps"),
+    "precision": Field(str, "fp32", ("fp32", "bf16"), help="autocast precision"),
+    "seed": Field(int, 0, minimum=0, help="seed of text order and masks"),
+}
+"""What MLM adaptation takes, in a recipe's mlm stage and on the command line alike (:func:`run_mlm`'s
+keywords; one of ``dataset``/``corpus``)."""
 
 
 def mask_tokens(input_ids: Tensor, special: Tensor, mask_rate: float, mask_id: int, vocab_size: int,
@@ -129,7 +143,7 @@ def run_mlm(
     if corpus is not None and not Path(corpus).is_file():
         raise VtreproError(f"corpus file {corpus} not found")
     check_out(out)
-    texts = list(dataset_or_file_texts(str(corpus) if corpus is not None else dataset, data_dir))[:max_texts]
+    texts = list(dataset_or_file_texts(str(corpus if corpus is not None else dataset), data_dir))[:max_texts]
     mlm, tokenizer = load_masked_lm(model, model_dir, trust_remote_code)
     started = time.perf_counter()
     history = train_mlm(mlm, tokenizer, texts, steps, mask_rate, max_length, lr, batch_size, warmup_steps,
@@ -152,18 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", required=True, help="masked-LM checkpoint (folder or Hub id)")
     add_text_source(parser, "the training texts")
     add_output_folder(parser)
-    parser.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps (default: %(default)s)")
-    parser.add_argument("--mask-rate", type=share, default=0.15,
-                        help="share of tokens masked, in (0, 1] (default: %(default)s)")
-    parser.add_argument("--max-length", type=positive_int, default=128,
-                        help="tokens per text, at least 8 (default: %(default)s)")
-    parser.add_argument("--lr", type=positive_float, default=5e-5, help="peak learning rate (default: %(default)s)")
-    parser.add_argument("--batch-size", type=positive_int, default=32, help="texts per step (default: %(default)s)")
-    parser.add_argument("--warmup-steps", type=non_negative_int, default=0,
-                        help="linear warm-up steps (default: %(default)s)")
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="autocast precision")
-    parser.add_argument("--seed", type=non_negative_int, default=0,
-                        help="seed of text order and masks (default: %(default)s)")
+    add_options(parser, MLM_OPTIONS, [name for name in MLM_OPTIONS if name not in ("dataset", "corpus")])
     parser.add_argument("--max-texts", type=positive_int, default=None, help="use only the first N texts of the corpus")
     add_data_dir(parser)
     add_model_dir(parser)

@@ -8,8 +8,9 @@ from typing import Any
 import torch
 
 from vtrepro.training.inputs import availability, required_inputs
-from vtrepro.training.recipe import Recipe, Stage
+from vtrepro.training.recipe import Recipe
 from vtrepro.training.run_folder import stage_dir
+from vtrepro.training.stages import Stage
 
 DEFAULT_GPU_TFLOPS = 150.0
 # Offline stand-ins for the cost estimate of Hub models that are not local: transformers' default

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from vtrepro.core.io import atomic_write, read_jsonl
-from vtrepro.training.recipe import Stage
+from vtrepro.training.stages import Stage
 
 STATE_NAME = "trainer_state.pt"
 LOG_NAME = "train_log.jsonl"

@@ -1,57 +1,57 @@
-"""The recipe's pipeline stages (vocabulary transfer, MLM adaptation, calibration), each run once on
-rank 0 into its own folder of the run and skipped on a rerun."""
+"""Pipeline stages that turn one checkpoint into another: vocabulary transfer, MLM adaptation and
+calibration. A recipe's ``stages:`` list and a spec condition's ``transfer:``/``calibrate:`` blocks
+are read here with the owning modules' option schemas, and both run through :func:`run_stage`."""
 from __future__ import annotations
 
-import functools
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from vtrepro.core.schema import Checker, Field
 from vtrepro.data.availability import data_path
-from vtrepro.training.distributed import Processes
-from vtrepro.training.recipe import Recipe, Stage
-from vtrepro.training.run_folder import stage_dir
+from vtrepro.training.mlm import MLM_OPTIONS, run_mlm
+from vtrepro.vocabulary.calibrate import CALIBRATE_OPTIONS, run_calibration
+from vtrepro.vocabulary.transfer import LEAVEOUT_OPTIONS, TRANSFER_OPTIONS, run_transfer
+
+STAGE_OPTIONS: dict[str, dict[str, Field]] = {
+    "transfer": TRANSFER_OPTIONS, "mlm": MLM_OPTIONS, "calibrate": CALIBRATE_OPTIONS,
+}
 
 
-def run_stage(stage: Stage, model: str, out: Path, data_dir, model_dir, trust_remote_code: bool) -> None:
-    """Run one pipeline stage from ``model`` into ``out`` (an HF folder written atomically)."""
-    options = stage.options
-    print(f"stage {stage.name}: {model} -> {out}", file=sys.stderr)
+@dataclass(frozen=True)
+class Stage:
+    """One stage: its name (a key of :data:`STAGE_OPTIONS`) and every option, defaults filled in."""
+
+    name: str
+    options: dict[str, Any]
+
+
+def read_stage(check: Checker, parent: Any, key: Any, name: str, where: str,
+               extra: dict[str, Field] | None = None) -> Stage:
+    """``parent[key]`` read as the options of stage ``name`` (plus ``extra`` keys), checked completely."""
+    options = check.read(parent, key, {**(extra or {}), **STAGE_OPTIONS[name]}, where)
+    node = parent[key]
+    if name == "transfer" and options["leaveout"] is not None:
+        options["leaveout"] = check.read(node, "leaveout", LEAVEOUT_OPTIONS, f"{where}.leaveout")
+    if name in ("mlm", "calibrate") and (options["dataset"] is None) == (options["corpus"] is None):
+        raise check.fail(parent, key, f"{where} needs exactly one of 'dataset' (BEIR name) and 'corpus' (a file)")
+    if name == "calibrate" and options["cut_percent"] is not None and options["target_terms"] is not None:
+        raise check.fail(node, "target_terms", f"{where} takes one of 'cut_percent' and 'target_terms', not both")
+    return Stage(name, options)
+
+
+def run_stage(stage: Stage, model: str, out: Path, data_dir: str | Path | None, model_dir: str | Path | None,
+              trust_remote_code: bool = False) -> None:
+    """Run one stage from ``model`` into ``out`` (a checkpoint folder, written atomically)."""
+    options = dict(stage.options)
+    print(f"stage {stage.name}: {model} -> {out}", file=sys.stderr, flush=True)
     if stage.name == "transfer":
-        from vtrepro.vocabulary.transfer import run_transfer
-
-        run_transfer(model, options["target_tokenizer"], options["reference"], options["init"], out,
-                     temperature=options["temperature"], similarity=options["similarity"],
-                     target_norm=options["target_norm"], seed=options["seed"], model_dir=model_dir,
-                     leaveout=options["leaveout"])
-    elif stage.name == "mlm":
-        from vtrepro.training.mlm import run_mlm
-
-        run_mlm(model, out, dataset=options["dataset"], corpus=_corpus_path(options["corpus"], data_dir),
-                data_dir=data_dir, steps=options["steps"], mask_rate=options["mask_rate"],
-                max_length=options["max_length"], lr=options["lr"], batch_size=options["batch_size"],
-                warmup_steps=options["warmup_steps"], precision=options["precision"], seed=options["seed"],
-                model_dir=model_dir, trust_remote_code=trust_remote_code)
+        run_transfer(model, out=out, model_dir=model_dir, **options)
+        return
+    if options["corpus"] is not None:
+        options["corpus"] = data_path(options["corpus"], data_dir)
+    if stage.name == "mlm":
+        run_mlm(model, out, data_dir=data_dir, model_dir=model_dir, trust_remote_code=trust_remote_code, **options)
     else:
-        from vtrepro.vocabulary.calibrate import run_calibration
-
-        run_calibration(model, out, dataset=options["dataset"], corpus=_corpus_path(options["corpus"], data_dir),
-                        data_dir=data_dir, docs=options["docs"], cut_percent=options["cut_percent"],
-                        target_terms=options["target_terms"], max_length=options["max_length"],
-                        max_sample=options["max_sample"], batch_size=options["batch_size"], seed=options["seed"],
-                        model_dir=model_dir)
-
-
-def _corpus_path(value: str | None, data_dir) -> Path | None:
-    return None if value is None else data_path(value, data_dir)
-
-
-def run_stages(recipe: Recipe, output: Path, data_dir, model_dir, processes: Processes) -> str:
-    """Run the unfinished stages (on rank 0) and return the model training starts from."""
-    current = recipe.model
-    for index, stage in enumerate(recipe.stages):
-        out = stage_dir(output, index, stage)
-        if not out.is_dir():
-            processes.main_first(output, out, functools.partial(run_stage, stage, current, out, data_dir, model_dir,
-                                                                recipe.trust_remote_code))
-        current = str(out)
-    return current
+        run_calibration(model, out, data_dir=data_dir, model_dir=model_dir, **options)

@@ -18,6 +18,7 @@ latest checkpoint with the same data order and losses. docs/training.md describe
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -29,9 +30,22 @@ from vtrepro.training.distributed import Processes
 from vtrepro.training.inputs import check_inputs
 from vtrepro.training.plan import DEFAULT_GPU_TFLOPS, describe_plan
 from vtrepro.training.recipe import Recipe, load_recipe
-from vtrepro.training.run_folder import FAILED_NAME, PREPARED_NAME
-from vtrepro.training.stages import run_stages
+from vtrepro.training.run_folder import FAILED_NAME, PREPARED_NAME, stage_dir
+from vtrepro.training.stages import run_stage
 from vtrepro.training.trainer import Trainer
+
+
+def run_stages(recipe: Recipe, output: Path, data_dir, model_dir, processes: Processes) -> str:
+    """Run the unfinished stages (on rank 0, each into its own folder of the run, skipped on a rerun)
+    and return the model training starts from."""
+    current = recipe.model
+    for index, stage in enumerate(recipe.stages):
+        out = stage_dir(output, index, stage)
+        if not out.is_dir():
+            processes.main_first(output, out, functools.partial(run_stage, stage, current, out, data_dir, model_dir,
+                                                                recipe.trust_remote_code))
+        current = str(out)
+    return current
 
 
 def run_recipe(recipe: Recipe, output: Path, data_dir=None, model_dir=None) -> Path:

@@ -21,25 +21,23 @@ from vtrepro.core.checkpoints import check_out, save_checkpoint
 from vtrepro.core.cli import (
     add_data_dir,
     add_model_dir,
+    add_options,
     add_output_folder,
     add_text_source,
     cli_entry,
     command_parser,
-    non_negative_int,
-    open_percent,
-    positive_float,
-    positive_int,
 )
 from vtrepro.core.errors import VtreproError
+from vtrepro.core.schema import Field
 from vtrepro.data.texts import corpus_texts, dataset_or_file_texts
 
 # torch and the encoder (transformers) are imported where they are used, on purpose: `--help` and
 # argument errors stay fast.
 if TYPE_CHECKING:
-    import torch
     from torch import Tensor
+    from transformers import PreTrainedModel
 
-    from vtrepro.model.splade import SpladeEncoder
+    from vtrepro.model.splade import Kind, SpladeEncoder
 
 REPORT_NAME = "calibration_report.json"
 DEFAULT_CUT_PERCENT = 60.0
@@ -48,6 +46,24 @@ DEFAULT_MAX_SAMPLE = 10_000
 ENCODE_BATCH = 256
 ROW_CHUNK = 256
 FLOAT16_PATTERNS = 1 << 16
+
+CALIBRATE_OPTIONS = {
+    "dataset": Field(str, None, nullable=True),
+    "corpus": Field(str, None, nullable=True),
+    "docs": Field(int, DEFAULT_DOCS, minimum=1, help="calibrate on the first N documents"),
+    "cut_percent": Field(float, None, above=0, below=100, nullable=True,
+                         help=f"share of document x term entries pushed to <= 0, between 0 and 100 "
+                              f"(default: {DEFAULT_CUT_PERCENT:g})"),
+    "target_terms": Field(float, None, above=0, nullable=True, help="mean active terms per document to reach"),
+    "max_length": Field(int, 512, minimum=1, help="document max length in tokens"),
+    "max_sample": Field(int, DEFAULT_MAX_SAMPLE, minimum=1,
+                        help="documents encoded at most (a seeded sample; float16 logits, 10,000 x 30k ~ 0.6 GB)"),
+    "batch_size": Field(int, 32, minimum=1, help="texts per forward pass"),
+    "seed": Field(int, 0, minimum=0, help="seed of the document sample"),
+}
+"""What a calibration takes, in a spec's ``calibrate:`` block, a recipe's calibrate stage and on the
+command line alike (:func:`run_calibration`'s keywords; one of ``dataset``/``corpus``, at most one of
+``cut_percent``/``target_terms``)."""
 
 
 def sample_texts(texts: Sequence[str], max_sample: int, seed: int = 0) -> list[str]:
@@ -67,7 +83,7 @@ def term_ids(encoder: SpladeEncoder) -> Tensor:
     return torch.tensor([index for index in range(len(encoder.tokenizer)) if index not in encoder.special_ids])
 
 
-def pooled_logits(encoder: SpladeEncoder, texts: Sequence[str], kind: str = "doc") -> Tensor:
+def pooled_logits(encoder: SpladeEncoder, texts: Sequence[str], kind: Kind = "doc") -> Tensor:
     """``(len(texts), terms)`` float16 max-pooled logits over the non-special vocabulary."""
     import torch
 
@@ -180,10 +196,10 @@ def calibrate_bias(
     logits = pooled_logits(encoder, sample)
     query_logits = pooled_logits(encoder, list(query_texts), "query") if query_texts else None
     encoded = time.perf_counter()
-    if cut_percent is not None:
-        threshold = threshold_for_cut(logits, cut_percent)
-    else:
+    if target_terms is not None:
         threshold = threshold_for_terms(logits, target_terms)
+    elif cut_percent is not None:  # exactly one of the two is given (checked above)
+        threshold = threshold_for_cut(logits, cut_percent)
     delta = -threshold
     report = {
         "documents": len(texts),
@@ -200,7 +216,7 @@ def calibrate_bias(
     return delta, report
 
 
-def shift_bias(model: torch.nn.Module, delta: float) -> None:
+def shift_bias(model: PreTrainedModel, delta: float) -> None:
     """Add ``delta`` to the decoder bias (in place; a bias shared with the head moves with it)."""
     import torch
 
@@ -253,21 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", required=True, help="SPLADE / masked-LM checkpoint (folder or Hub id)")
     add_text_source(parser, "the calibration documents (e.g. scifact)")
     add_data_dir(parser)
-    parser.add_argument("--docs", type=positive_int, default=DEFAULT_DOCS,
-                        help="calibrate on the first N documents (default: %(default)s)")
-    target = parser.add_mutually_exclusive_group()
-    target.add_argument("--cut-percent", type=open_percent, default=None,
-                        help=f"share of document x term entries pushed to <= 0, between 0 and 100 "
-                             f"(default: {DEFAULT_CUT_PERCENT:g})")
-    target.add_argument("--target-terms", type=positive_float, default=None,
-                        help="mean active terms per document to reach")
-    parser.add_argument("--max-length", type=positive_int, default=512,
-                        help="document max length in tokens (default: 512)")
-    parser.add_argument("--max-sample", type=positive_int, default=DEFAULT_MAX_SAMPLE,
-                        help="documents encoded at most (a seeded sample; float16 logits, %(default)s x 30k ~ 0.6 GB)")
+    add_options(parser, CALIBRATE_OPTIONS, ["docs"])
+    add_options(parser.add_mutually_exclusive_group(), CALIBRATE_OPTIONS, ["cut_percent", "target_terms"])
+    add_options(parser, CALIBRATE_OPTIONS, ["max_length", "max_sample", "batch_size", "seed"])
     parser.add_argument("--queries", type=Path, default=None, help="queries JSONL ('text') for query-side FLOPS")
-    parser.add_argument("--batch-size", type=positive_int, default=32, help="texts per forward pass (default: 32)")
-    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of the document sample (default: 0)")
     add_model_dir(parser)
     add_output_folder(parser)
     return parser

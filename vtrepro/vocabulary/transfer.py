@@ -28,15 +28,15 @@ from typing import TYPE_CHECKING, Any
 from vtrepro.core.checkpoints import check_out, save_checkpoint
 from vtrepro.core.cli import (
     add_model_dir,
+    add_options,
     add_output_folder,
     cli_entry,
     command_parser,
-    non_negative_int,
-    open_fraction,
-    positive_float,
+    number_in,
     positive_int,
 )
 from vtrepro.core.errors import VtreproError
+from vtrepro.core.schema import Field
 from vtrepro.vocabulary.initialize import initialize_new
 from vtrepro.vocabulary.leaveout import make_leaveout_source
 from vtrepro.vocabulary.matching import match_vocabularies, special_ids, special_roles
@@ -55,6 +55,26 @@ INITS = ("topology", "subword-mean", "mean", "random")
 SIMILARITIES = ("cosine", "zscore", "pmi")
 REPORT_NAME = "transfer_report.json"
 DEFAULT_TARGET = "bert-base-uncased"
+
+TRANSFER_OPTIONS = {
+    "target_tokenizer": Field(str, DEFAULT_TARGET, help="tokenizer folder, Hub id or tokenizer.json"),
+    "reference": Field(str, None, nullable=True,
+                       help="model on the target vocabulary whose embedding geometry guides the topology init "
+                            "(default: the target tokenizer's model; none for a tokenizer.json)"),
+    "init": Field(str, "topology", INITS, help="initializer of target tokens without a source match"),
+    "temperature": Field(float, 1.0, above=0, help="sparsemax temperature"),
+    "similarity": Field(str, "cosine", SIMILARITIES,
+                        help="topology scores: cosine, per-token z-scored cosine, or cosine minus log prior"),
+    "target_norm": Field(bool, False, help="rescale rows and bias so the mean overlap-row norm equals the reference's"),
+    "seed": Field(int, 0, minimum=0, help="seed of --init random"),
+    "leaveout": Field("mapping", None, nullable=True),
+}
+"""What a transfer takes, in a spec's ``transfer:`` block, a recipe's transfer stage and on the command
+line alike (:func:`run_transfer`'s keywords; ``leaveout`` is read with :data:`LEAVEOUT_OPTIONS`)."""
+LEAVEOUT_OPTIONS = {
+    "fraction": Field(float, 0.1, above=0, below=1, help="share of the source's ordinary WordPiece tokens removed"),
+    "seed": Field(int, 0, minimum=0, help="seed of the removed share"),
+}
 
 
 # ---------------------------------------------------------------------------- transfer
@@ -129,6 +149,7 @@ def transfer_vocabulary(
         tables["bias"][special_rows] = source_tables["bias"][[match.special[i] for i in special_rows]]
     norm_scale = None
     if target_norm:
+        assert reference_embeddings is not None  # refused above without a reference
         norm_scale = (reference_embeddings[overlap].float().norm(dim=1).mean()
                       / tables["embeddings"][overlap].norm(dim=1).mean()).item()
         tables = {name: table * norm_scale for name, table in tables.items()}
@@ -222,29 +243,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("transfer", __doc__)
     parser.add_argument("--model", "--source", dest="source", required=True, metavar="MODEL",
                         help="masked-LM checkpoint to transfer (folder or Hub id; --source is the old spelling)")
-    parser.add_argument("--target-tokenizer", default=DEFAULT_TARGET,
-                        help="tokenizer folder, Hub id or tokenizer.json (default: %(default)s)")
-    parser.add_argument("--reference", default=None,
-                        help="model on the target vocabulary whose embedding geometry guides the topology init "
-                             "(default: the target tokenizer's model; none for a tokenizer.json)")
-    parser.add_argument("--init", choices=INITS, default="topology",
-                        help="initializer of target tokens without a source match (default: %(default)s)")
+    add_options(parser, TRANSFER_OPTIONS, [name for name in TRANSFER_OPTIONS if name != "leaveout"])
     add_output_folder(parser)
-    parser.add_argument("--temperature", type=positive_float, default=1.0,
-                        help="sparsemax temperature, > 0 (default: 1.0)")
-    parser.add_argument("--similarity", choices=SIMILARITIES, default="cosine",
-                        help="topology scores: cosine, per-token z-scored cosine, or cosine minus log prior "
-                             "(default: %(default)s)")
-    parser.add_argument("--target-norm", action="store_true",
-                        help="rescale rows and bias so the mean overlap-row norm equals the reference's")
-    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of --init random (default: 0)")
     parser.add_argument("--chunk-size", type=positive_int, default=DEFAULT_CHUNK_SIZE,
                         help="target tokens per similarity chunk (default: %(default)s)")
     add_model_dir(parser)
-    parser.add_argument("--leaveout", type=open_fraction, default=None, metavar="FRACTION",
+    fraction = LEAVEOUT_OPTIONS["fraction"]
+    parser.add_argument("--leaveout", type=number_in(float, *fraction.bounds), default=None, metavar="FRACTION",
                         help="leave-out experiment: first remove this seeded share (0 < FRACTION < 1) of the "
                              "source's ordinary WordPiece tokens, then transfer back onto the target")
-    parser.add_argument("--leaveout-seed", type=non_negative_int, default=0, help="seed of --leaveout (default: 0)")
+    parser.add_argument("--leaveout-seed", type=number_in(int, *LEAVEOUT_OPTIONS["seed"].bounds),
+                        default=LEAVEOUT_OPTIONS["seed"].default, help="seed of --leaveout (default: %(default)s)")
     return parser
 
 
