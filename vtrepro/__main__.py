@@ -7,20 +7,26 @@ from __future__ import annotations
 import importlib
 import sys
 
+# Every command in pipeline order: name, module under vtrepro/, one-line summary.
+_TABLE = """
+transfer     vocabulary.transfer   move a masked-LM encoder onto another vocabulary
+calibrate    vocabulary.calibrate  Activation Potential Calibration of the MLM bias
+encode       encode.writer         encode a corpus and its queries into quantized JSON vectors
+fingerprint  encode.fingerprint    content fingerprint of vectors; compare two sets
+index        index.lucene          build a Lucene impact index with Anserini
+search       search.lucene         batch impact search into a TREC run
+evaluate     evaluate.trec         score a run with pytrec_eval; compare two runs
+regress      regress.runner        run a regression spec and check every figure
+export       regress.export        bundle a spec's encoded vectors with their fingerprints
+mlm          training.mlm          masked-language-model adaptation
+train        training.train        train a SPLADE model from a recipe
+bench        bench                 benchmarks (encoding throughput)
+"""
 COMMANDS: dict[str, tuple[str, str]] = {
-    "transfer": ("vtrepro.vocabulary.transfer", "move a masked-LM encoder onto another vocabulary"),
-    "calibrate": ("vtrepro.vocabulary.calibrate", "Activation Potential Calibration of the MLM bias"),
-    "encode": ("vtrepro.encode.writer", "encode a corpus and its queries into quantized JSON vectors"),
-    "fingerprint": ("vtrepro.encode.fingerprint", "content fingerprint of vectors; compare two sets"),
-    "index": ("vtrepro.index.lucene", "build a Lucene impact index with Anserini"),
-    "search": ("vtrepro.search.lucene", "batch impact search into a TREC run"),
-    "evaluate": ("vtrepro.evaluate.trec", "score a run with pytrec_eval; compare two runs"),
-    "regress": ("vtrepro.regress.runner", "run a regression spec and check every figure"),
-    "export": ("vtrepro.regress.export", "bundle a spec's encoded vectors with their fingerprints"),
-    "mlm": ("vtrepro.training.mlm", "masked-language-model adaptation"),
-    "train": ("vtrepro.training.train", "train a SPLADE model from a recipe"),
-    "bench": ("vtrepro.bench", "benchmarks (encoding throughput)"),
+    name: (f"vtrepro.{module}", summary)
+    for name, module, summary in (line.split(maxsplit=2) for line in _TABLE.strip().splitlines())
 }
+"""Command name -> (module, summary)."""
 
 
 def usage() -> str:

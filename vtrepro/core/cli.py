@@ -47,6 +47,18 @@ def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
     return parser
 
 
+def add_model(parser: argparse._ActionsContainer, what: str, old_spelling: str | None = None) -> None:
+    """``--model MODEL`` (required, stored as ``args.model``): a checkpoint folder or Hub id."""
+    flags = ["--model"] + ([old_spelling] if old_spelling else [])
+    old = f"; {old_spelling} is the old spelling" if old_spelling else ""
+    parser.add_argument(*flags, dest="model", required=True, metavar="MODEL", help=f"{what} (folder or Hub id{old})")
+
+
+def options_from(args: argparse.Namespace, schema: dict[str, Field]) -> dict[str, Any]:
+    """The parsed values of the options :func:`add_options` made from ``schema``, by their YAML names."""
+    return {name: getattr(args, name) for name in schema if hasattr(args, name)}
+
+
 def add_data_dir(parser: argparse._ActionsContainer) -> None:
     """``--data-dir``: the data root holding ``beir/<dataset>/`` (default ``$VTREPRO_DATA``)."""
     parser.add_argument("--data-dir", default=None, help="data root holding beir/<dataset> (default: $VTREPRO_DATA)")
@@ -80,6 +92,18 @@ def add_output_folder(parser: argparse.ArgumentParser) -> None:
     """``--output FOLDER`` (old spelling ``--out``), stored as ``args.out``: a new or empty folder."""
     parser.add_argument("--output", "--out", dest="out", required=True, type=Path, metavar="FOLDER",
                         help="output folder (must not exist or be empty; --out is the old spelling)")
+
+
+def add_checkpoint_arguments(parser: argparse.ArgumentParser, model: str, texts: str | None = None,
+                             old_model_spelling: str | None = None) -> None:
+    """What every command from one checkpoint to another takes: ``--model``, the ``texts`` it reads
+    (``--dataset``/``--corpus`` with ``--data-dir``; none when None), ``--model-dir`` and ``--output``."""
+    add_model(parser, model, old_model_spelling)
+    if texts is not None:
+        add_text_source(parser, texts)
+        add_data_dir(parser)
+    add_model_dir(parser)
+    add_output_folder(parser)
 
 
 def os_error_message(error: OSError) -> str:

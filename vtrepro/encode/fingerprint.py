@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
@@ -206,7 +205,3 @@ def main(argv: list[str] | None = None) -> int:
     diff = compare_vectors(load_vectors(_files(args.vectors), True), load_vectors(_files(args.other), True))
     print(json.dumps({"identical": diff.identical, **diff.__dict__}))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

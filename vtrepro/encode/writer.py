@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from vtrepro.core.cli import add_data_dir, add_model_dir, cli_entry, command_parser, positive_float, positive_int
+from vtrepro.core.cli import add_data_dir, add_model, add_model_dir, cli_entry, command_parser, positive_float, positive_int
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output_folder, check_writable, sha256_file, write_json, write_jsonl
 from vtrepro.core.progress import Progress
@@ -249,7 +249,7 @@ def encode_queries(
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser("encode", __doc__)
-    parser.add_argument("--model", required=True, help="hub id or folder of a masked-LM SPLADE model")
+    add_model(parser, "masked-LM SPLADE model")
     add_model_dir(parser)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--dataset", help="BEIR dataset name or folder")
@@ -294,7 +294,3 @@ def main(argv: list[str] | None = None) -> int:
         encode_queries(encoder, queries, args.output / QUERIES_NAME, quantization)
     print(f"{manifest['documents']} documents, {manifest['total_terms']} impact total, {len(queries)} queries -> {args.output}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -139,7 +139,3 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(evaluate_run(read_trec_run(args.run), qrels, metrics), sys.stdout, indent=2)
     print()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -242,7 +242,3 @@ def main(argv: list[str] | None = None) -> int:
     stats = build_impact_index(folder, args.index, args.threads, expected=summary)
     print(json.dumps(stats))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,7 +7,6 @@ the spec and the environment into one ``.tar`` and writes its sha256 beside it. 
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from vtrepro.core.cli import cli_entry, command_parser
@@ -38,7 +37,3 @@ def main(argv: list[str] | None = None) -> int:
     digest = write_bundle(run_root, runs, args.output, spec.path, environment())
     print(f"{len(runs)} run(s) -> {args.output} (sha256 {digest})")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -231,7 +231,3 @@ def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: P
         write_report(spec, outcome.rows, outcome.timings, out_dir, argv, interrupted=True)
         raise
     return outcome
-
-
-if __name__ == "__main__":
-    sys.exit(main())

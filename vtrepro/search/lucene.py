@@ -10,7 +10,6 @@ adjustment is undone here, since every impact score is an integer by constructio
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from typing import Mapping
 
@@ -184,7 +183,3 @@ def main(argv: list[str] | None = None) -> int:
     write_trec_run(run, args.output)
     print(f"{sum(map(len, run.values()))} hits for {len(run)} queries -> {args.output}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

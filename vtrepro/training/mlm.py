@@ -16,13 +16,11 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from vtrepro.core.checkpoints import check_out, save_checkpoint
 from vtrepro.core.cli import (
-    add_data_dir,
-    add_model_dir,
+    add_checkpoint_arguments,
     add_options,
-    add_output_folder,
-    add_text_source,
     cli_entry,
     command_parser,
+    options_from,
     positive_int,
 )
 from vtrepro.core.errors import VtreproError
@@ -118,10 +116,11 @@ def train_mlm(model: Any, tokenizer: Any, texts: Sequence[str], steps: int, mask
 def run_mlm(
     model: str | Path,
     out: str | Path,
+    *,
+    steps: int = 1000,
     dataset: str | None = None,
     corpus: str | Path | None = None,
     data_dir: str | Path | None = None,
-    steps: int = 1000,
     mask_rate: float = 0.15,
     max_length: int = 128,
     lr: float = 5e-5,
@@ -163,13 +162,9 @@ def run_mlm(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("mlm", __doc__)
-    parser.add_argument("--model", required=True, help="masked-LM checkpoint (folder or Hub id)")
-    add_text_source(parser, "the training texts")
-    add_output_folder(parser)
+    add_checkpoint_arguments(parser, "masked-LM checkpoint", "the training texts")
     add_options(parser, MLM_OPTIONS, [name for name in MLM_OPTIONS if name not in ("dataset", "corpus")])
     parser.add_argument("--max-texts", type=positive_int, default=None, help="use only the first N texts of the corpus")
-    add_data_dir(parser)
-    add_model_dir(parser)
     parser.add_argument("--trust-remote-code", action="store_true", help="allow the model's own code to run")
     return parser
 
@@ -177,13 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    report = run_mlm(args.model, args.out, args.dataset, args.corpus, args.data_dir, args.steps, args.mask_rate,
-                     args.max_length, args.lr, args.batch_size, args.warmup_steps, args.precision, args.seed,
-                     args.max_texts, args.model_dir, args.trust_remote_code)
+    report = run_mlm(args.model, args.out, data_dir=args.data_dir, max_texts=args.max_texts, model_dir=args.model_dir,
+                     trust_remote_code=args.trust_remote_code, **options_from(args, MLM_OPTIONS))
     print(f"{args.out}: {report['steps']} steps on {report['texts']} texts, loss {report['loss_first_10_percent']} -> "
           f"{report['loss_last_10_percent']} in {report['seconds']} s", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -91,7 +91,3 @@ def main(argv: list[str] | None = None) -> int:
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"trained model: {final}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -19,13 +19,11 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from vtrepro.core.checkpoints import check_out, save_checkpoint
 from vtrepro.core.cli import (
-    add_data_dir,
-    add_model_dir,
+    add_checkpoint_arguments,
     add_options,
-    add_output_folder,
-    add_text_source,
     cli_entry,
     command_parser,
+    options_from,
 )
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.schema import Field
@@ -230,6 +228,7 @@ def shift_bias(model: PreTrainedModel, delta: float) -> None:
 def run_calibration(
     model: str | Path,
     out: str | Path,
+    *,
     dataset: str | None = None,
     corpus: str | Path | None = None,
     data_dir: str | Path | None = None,
@@ -266,30 +265,21 @@ def run_calibration(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("calibrate", __doc__)
-    parser.add_argument("--model", required=True, help="SPLADE / masked-LM checkpoint (folder or Hub id)")
-    add_text_source(parser, "the calibration documents (e.g. scifact)")
-    add_data_dir(parser)
+    add_checkpoint_arguments(parser, "SPLADE / masked-LM checkpoint", "the calibration documents (e.g. scifact)")
     add_options(parser, CALIBRATE_OPTIONS, ["docs"])
     add_options(parser.add_mutually_exclusive_group(), CALIBRATE_OPTIONS, ["cut_percent", "target_terms"])
     add_options(parser, CALIBRATE_OPTIONS, ["max_length", "max_sample", "batch_size", "seed"])
     parser.add_argument("--queries", type=Path, default=None, help="queries JSONL ('text') for query-side FLOPS")
-    add_model_dir(parser)
-    add_output_folder(parser)
     return parser
 
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    report = run_calibration(args.model, args.out, args.dataset, args.corpus, args.data_dir, args.docs,
-                             args.cut_percent, args.target_terms, args.max_length, args.max_sample, args.queries,
-                             args.batch_size, args.seed, args.model_dir)
+    report = run_calibration(args.model, args.out, data_dir=args.data_dir, queries=args.queries, model_dir=args.model_dir,
+                             **options_from(args, CALIBRATE_OPTIONS))
     before, after = report["before"], report["after"]
     print(f"{args.out}: delta {report['delta']:+.4f}; active terms per doc {before['active_mean']} -> "
           f"{after['active_mean']}, dead {before['dead_share']:.1%} -> {after['dead_share']:.1%}, "
           f"FLOPS {before['flops']} -> {after['flops']}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
 from vtrepro.core.errors import VtreproError
 
@@ -67,8 +67,7 @@ def decode_byte_level(token: str) -> str | None:
         return None
 
 
-@dataclass(frozen=True)
-class TokenForm:
+class TokenForm(NamedTuple):
     """A vocabulary entry without its marker: ``spelling`` as stored, ``text`` normalized."""
 
     spelling: str

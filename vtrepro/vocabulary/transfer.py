@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 from vtrepro.core.checkpoints import check_out, save_checkpoint
 from vtrepro.core.cli import (
-    add_model_dir,
+    add_checkpoint_arguments,
     add_options,
-    add_output_folder,
     cli_entry,
     command_parser,
     number_in,
+    options_from,
     positive_int,
 )
 from vtrepro.core.errors import VtreproError
@@ -241,13 +241,10 @@ def run_transfer(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("transfer", __doc__)
-    parser.add_argument("--model", "--source", dest="source", required=True, metavar="MODEL",
-                        help="masked-LM checkpoint to transfer (folder or Hub id; --source is the old spelling)")
+    add_checkpoint_arguments(parser, "masked-LM checkpoint to transfer", old_model_spelling="--source")
     add_options(parser, TRANSFER_OPTIONS, [name for name in TRANSFER_OPTIONS if name != "leaveout"])
-    add_output_folder(parser)
     parser.add_argument("--chunk-size", type=positive_int, default=DEFAULT_CHUNK_SIZE,
                         help="target tokens per similarity chunk (default: %(default)s)")
-    add_model_dir(parser)
     fraction = LEAVEOUT_OPTIONS["fraction"]
     parser.add_argument("--leaveout", type=number_in(float, *fraction.bounds), default=None, metavar="FRACTION",
                         help="leave-out experiment: first remove this seeded share (0 < FRACTION < 1) of the "
@@ -260,16 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    leaveout = None if args.leaveout is None else {"fraction": args.leaveout, "seed": args.leaveout_seed}
-    report = run_transfer(args.source, args.target_tokenizer, args.reference, args.init, args.out,
-                          args.temperature, args.similarity, args.target_norm, args.seed, args.chunk_size,
-                          args.model_dir, leaveout)
+    args.leaveout = None if args.leaveout is None else {"fraction": args.leaveout, "seed": args.leaveout_seed}
+    report = run_transfer(args.model, out=args.out, chunk_size=args.chunk_size, model_dir=args.model_dir,
+                          **options_from(args, TRANSFER_OPTIONS))
     counts = report["counts"]
     print(f"{args.out}: {report['vocabulary']['source']} -> {report['vocabulary']['target']} tokens "
           f"(exact {counts['exact']}, merged {counts['merged']}, new {counts['new']}, special {counts['special']}) "
           f"in {report['seconds']} s", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
