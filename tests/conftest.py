@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from vtrepro.encode.vectors import EMPTY_DOCUMENT_TERM, escape_term
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -84,3 +86,29 @@ def assert_one_error_line(code: int, stderr: str, *fragments: str, status: int =
     for fragment in fragments:
         assert fragment in errors[0], errors[0]
     return errors[0]
+
+
+# Vectors of a hand-made impact collection; "q1" is a document whose id is also a query id.
+HAND_MADE_DOCS = {
+    "d1": {"paris": 30, "france": 20, escape_term("new york"): 5},
+    "d2": {"paris": 10, "texas": 40},
+    "d3": {"france": 15, "paris": 10},
+    "d4": {EMPTY_DOCUMENT_TERM: 1},
+    "q1": {"paris": 50},
+}
+
+
+@pytest.fixture(scope="session")
+def impact_index(tmp_path_factory):
+    """A real Lucene impact index of ``HAND_MADE_DOCS`` (built once per session): (folder, stats)."""
+    import json
+
+    from vtrepro.index.lucene import build_impact_index
+
+    folder = tmp_path_factory.mktemp("vectors")
+    with open(folder / "part-00000.jsonl", "w") as handle:
+        for doc_id, vector in HAND_MADE_DOCS.items():
+            handle.write(json.dumps({"id": doc_id, "contents": "", "vector": vector}) + "\n")
+    index = folder.parent / "impact-index"
+    stats = build_impact_index(folder, index)
+    return index, stats

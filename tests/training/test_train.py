@@ -32,7 +32,7 @@ from vtrepro.training.run_folder import LOG_NAME
 from vtrepro.training.splade_model import MaxPooledProjection, SpladeModel
 from vtrepro.training.train import main, run_recipe
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RECIPES = REPO / "regressions" / "recipes"
 
 
