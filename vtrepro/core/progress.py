@@ -10,6 +10,8 @@ import sys
 import time
 from types import TracebackType
 
+from tqdm import tqdm
+
 LOG_INTERVAL_S = 60.0
 """Seconds between the interim lines a stage prints to a non-terminal."""
 
@@ -28,8 +30,6 @@ class Progress:
         self._bar = None
         self._postfix = ""
         if enabled and sys.stderr.isatty():
-            from tqdm import tqdm
-
             self._bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True)
 
     def set_postfix(self, **values: str) -> None:

@@ -22,6 +22,8 @@ from typing import Any, Iterator
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, read_jsonl, read_lines, unsafe_character, write_jsonl
 
+# Hugging Face `datasets` is imported only for a Hub download, on purpose: it is heavy and most runs read local files.
+
 CQADUPSTACK_FORESTS: tuple[str, ...] = (
     "android", "english", "gaming", "gis", "mathematica", "physics",
     "programmers", "stats", "tex", "unix", "webmasters", "wordpress",

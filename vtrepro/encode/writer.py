@@ -23,9 +23,13 @@ from vtrepro.core.cli import add_data_dir, add_model, add_model_dir, cli_entry, 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output_folder, check_writable, sha256_file, write_json, write_jsonl
 from vtrepro.core.progress import Progress
+from vtrepro.data.beir import load_dataset, read_corpus, read_queries
 from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_folder
 from vtrepro.encode.vectors import EMPTY_DOCUMENT_TERM, ROUNDINGS, Quantization, escaped_vocabulary, to_impact_vector
 from vtrepro.model.loading import find_model
+
+# The SPLADE encoder (torch, transformers) is imported where a model is loaded, on purpose: `--help`,
+# argument errors and readers of encoded vectors stay fast.
 
 MANIFEST_NAME = "manifest.json"
 VECTORS_DIRNAME = "vectors"
@@ -272,7 +276,6 @@ def main(argv: list[str] | None = None) -> int:
     check_encode_output(args.output)
     find_model(args.model, args.model_dir)
 
-    from vtrepro.data.beir import load_dataset, read_corpus, read_queries
     from vtrepro.model.splade import SpladeEncoder
 
     quantization = Quantization(args.scale, args.rounding)

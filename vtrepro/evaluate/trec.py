@@ -12,11 +12,15 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytrec_eval
 
 from vtrepro.core.cli import add_data_dir, cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
+from vtrepro.data.beir import load_dataset, read_qrels
 from vtrepro.search.lucene import Run, read_trec_run
+
+# scipy is imported only for significance tests, on purpose: scoring a run does not need it.
 
 DEFAULT_METRICS: tuple[str, ...] = ("ndcg@10", "recall@100", "recall@1000", "mrr@10")
 _TREC_MEASURES = {"ndcg": "ndcg_cut", "recall": "recall", "precision": "P", "map": "map_cut"}
@@ -80,7 +84,6 @@ def compare_runs(
 ) -> dict[str, dict[str, float | int]]:
     """Per metric: both means, their difference, queries won/lost/tied, and two-sided p-values of a
     paired t-test and of a paired randomization test (``samples`` seeded sign flips) over all judged queries."""
-    import numpy as np
     from scipy.stats import ttest_rel
 
     _check_judged(run, qrels)
@@ -126,12 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         parse_metric(metric)
 
     if args.qrels:
-        from vtrepro.data.beir import read_qrels
-
         qrels = read_qrels(args.qrels)
     else:
-        from vtrepro.data.beir import load_dataset
-
         qrels = load_dataset(args.dataset, args.data_dir).qrels(args.split)
     if args.baseline:
         json.dump(compare_runs(read_trec_run(args.run), read_trec_run(args.baseline), qrels, metrics), sys.stdout, indent=2)

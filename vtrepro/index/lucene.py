@@ -21,6 +21,9 @@ from vtrepro.core.io import check_output_folder, write_jsonl
 from vtrepro.core.java import java_class, java_errors, start_jvm
 from vtrepro.core.progress import Progress
 from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files, vector_files
+from vtrepro.encode.writer import MANIFEST_NAME, load_manifest, vectors_folder
+
+# jnius is imported once the JVM is started with Anserini's classpath (core.java), on purpose.
 
 
 def _run_indexer(collection: str, input_dir: Path, index_dir: Path, work: Path, threads: int, extra: list[str],
@@ -226,8 +229,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="output index folder (an existing index is replaced once the new one is complete)")
     add_threads(parser, "indexing threads (only 1 keeps the document order, and so tie order, fixed)")
     args = parser.parse_args(argv)
-
-    from vtrepro.encode.writer import MANIFEST_NAME, load_manifest, vectors_folder
 
     check_index_target(args.index)
     check_output_folder(args.index.parent)

@@ -10,16 +10,21 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 import torch
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from huggingface_hub import hf_hub_download
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import write_json
 from vtrepro.core.progress import Progress
 from vtrepro.model.loading import resolve_model
+
+# transformers is imported where a tokenizer is loaded, on purpose: training code imports this module and
+# `train --help` stays fast.
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 IDF_NAME = "idf.json"
 TOKENIZE_BATCH = 1000
@@ -83,13 +88,13 @@ class IdfQueryEncoder:
     @classmethod
     def load(cls, model: str | Path, model_dir: str | Path | None = None, max_length_query: int = 64) -> IdfQueryEncoder:
         """The tokenizer and ``idf.json`` of a model folder or Hub id."""
+        from transformers import AutoTokenizer
+
         source = resolve_model(model, model_dir)
         try:
             if Path(source).is_dir():
                 path = Path(source) / IDF_NAME
             else:
-                from huggingface_hub import hf_hub_download
-
                 path = Path(hf_hub_download(source, IDF_NAME))
             tokenizer = AutoTokenizer.from_pretrained(source)
             idf = json.loads(path.read_text(encoding="utf-8"))

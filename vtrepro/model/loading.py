@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Iterator
 from vtrepro.core.cli import verbose
 from vtrepro.core.errors import VtreproError
 
+# torch, transformers, safetensors and huggingface_hub are imported where a model is loaded or the Hub is
+# probed, on purpose: finding a model and checking availability (`--dry-run`, `--help`) stay fast.
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Iterator, Literal, Sequence, cast
+from typing import TYPE_CHECKING, Iterator, Literal, Sequence, cast
 
 import numpy as np
 import torch
 from torch import nn
-from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.progress import Progress
 from vtrepro.model.loading import load_masked_lm
+
+if TYPE_CHECKING:
+    from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
 
 Kind = Literal["doc", "query"]
 SparseVector = tuple[np.ndarray, np.ndarray]

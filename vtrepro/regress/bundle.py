@@ -21,6 +21,7 @@ from typing import Any, Iterable
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, sha256_file
 from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_folder, fingerprint_vectors, vector_files
+from vtrepro.search.lucene import read_query_vectors
 
 BUNDLE_FORMAT = "vtrepro.vector-bundle/1"
 BUNDLE_MANIFEST = "bundle.json"
@@ -38,8 +39,6 @@ def corpus_folder(run_dir: Path) -> Path:
 
 def run_fingerprints(run_dir: Path) -> dict[str, VectorSetSummary]:
     """Fingerprints of a run folder's corpus vectors and query vectors."""
-    from vtrepro.search.lucene import read_query_vectors  # search imports the JVM bridge; only needed here
-
     return {"corpus": fingerprint_folder(corpus_folder(run_dir)),
             "queries": fingerprint_vectors(read_query_vectors(run_dir / QUERIES_NAME))}
 

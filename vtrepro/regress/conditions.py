@@ -18,11 +18,19 @@ from vtrepro.encode.fingerprint import (
     VectorSetSummary,
     fingerprint_vectors,
 )
+from vtrepro.encode.writer import QUERIES_NAME, VECTORS_DIRNAME, encode_corpus, encode_queries
+from vtrepro.evaluate.trec import evaluate_run
+from vtrepro.index.lucene import build_bm25_index, build_impact_index
 from vtrepro.regress.compare import Observation
 from vtrepro.regress.sources import cached_fingerprint, vector_differences
 from vtrepro.regress.spec import Condition, DatasetRun, EncodedVectors, Spec
-from vtrepro.training.run_folder import stage_dir
+from vtrepro.search.lucene import read_query_vectors, read_trec_run, search_bm25, search_impact, write_trec_run
+from vtrepro.training.recipe import load_recipe
+from vtrepro.training.run_folder import REPORT_NAME, stage_dir
 from vtrepro.training.stages import run_stage
+
+# The SPLADE and IDF encoders (torch, transformers) are imported where a model is loaded, on purpose:
+# BM25 conditions, pinned-vector runs, `--dry-run` and `--help` never pay for them.
 
 
 def _cached_build(folder: Path, settings: dict[str, Any], build: Callable[[Path], None]) -> Path:
@@ -41,8 +49,6 @@ def trained_model(recipe_name: str, train_root: Path, model_dir: str | None, dat
 
     A finished model trained from other recipe settings is refused rather than silently evaluated.
     """
-    from vtrepro.training.recipe import load_recipe
-    from vtrepro.training.run_folder import REPORT_NAME
 
     recipe = load_recipe(recipe_name)
     output = train_root / recipe.name
@@ -133,8 +139,6 @@ class ConditionRunner:
             reference: EncodedVectors | None = None) -> Observation:
         """Run one dataset: from ``encoded`` vectors when given (else the spec's, else encode here);
         ``reference`` vectors, when given, are only compared with the ones used."""
-        from vtrepro.evaluate.trec import evaluate_run
-        from vtrepro.search.lucene import read_trec_run, write_trec_run
 
         started = time.perf_counter()
         artifacts = self.output / self.condition.name / dataset_run.name
@@ -156,8 +160,6 @@ class ConditionRunner:
                            round(time.perf_counter() - started, 1), vectors, differences)
 
     def _bm25(self, dataset, queries: dict[str, str], artifacts: Path):
-        from vtrepro.index.lucene import build_bm25_index
-        from vtrepro.search.lucene import search_bm25
 
         documents = ((document.doc_id, document.contents) for document in dataset.corpus())
         stats = build_bm25_index(documents, artifacts / "index", threads=1)
@@ -167,9 +169,6 @@ class ConditionRunner:
 
     def _impact(self, dataset, queries: dict[str, str], artifacts: Path, encoded: EncodedVectors | None):
         """Search with ``encoded`` vectors, or encode the corpus and queries here first."""
-        from vtrepro.encode.writer import QUERIES_NAME, VECTORS_DIRNAME, encode_corpus, encode_queries
-        from vtrepro.index.lucene import build_impact_index
-        from vtrepro.search.lucene import read_query_vectors, search_impact
 
         quantization = self.condition.quantization
         if encoded is None:

@@ -1,6 +1,7 @@
 """The regression report: the terminal table, ``results.json`` and ``report.md``, and the environment they record."""
 from __future__ import annotations
 
+import importlib.metadata as metadata
 import platform
 from dataclasses import asdict
 from pathlib import Path
@@ -10,6 +11,8 @@ import pandas as pd
 from vtrepro.core.io import atomic_write, write_json
 from vtrepro.regress.compare import STATUS_ERROR, STATUS_FAIL, STATUS_OKISH, STATUS_UNPINNED, ResultRow
 from vtrepro.regress.spec import Spec
+
+# torch is imported only to record its version in a report, on purpose: BM25-only runs never load it.
 
 
 def _show(value) -> str:
@@ -63,8 +66,6 @@ def cpu_model() -> str:
 
 def environment() -> dict[str, str]:
     """Versions and the arithmetic path (CPU, torch's SIMD level, threads) that produced a run's vectors."""
-    import importlib.metadata as metadata
-
     import torch
 
     versions = {name: metadata.version(name) for name in ("vtrepro", "torch", "transformers", "pyserini")}

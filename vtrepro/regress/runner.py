@@ -25,6 +25,8 @@ from typing import Iterable
 from vtrepro.core.cli import add_data_dir, add_model_dir, add_threads, cli_entry, command_parser, os_error_message
 from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
 from vtrepro.core.io import check_output_folder
+from vtrepro.core.java import start_jvm
+from vtrepro.data.beir import data_root, load_dataset
 from vtrepro.model.loading import model_availability
 from vtrepro.regress.compare import (
     STATUS_ERROR,
@@ -42,6 +44,7 @@ from vtrepro.regress.conditions import ConditionRunner
 from vtrepro.regress.report import format_table, tally, write_report
 from vtrepro.regress.sources import check_encoded, vector_sources
 from vtrepro.regress.spec import Condition, DatasetRun, Spec, load_spec, record_observed
+from vtrepro.training.recipe import load_recipe
 from vtrepro.training.stages import Stage
 
 
@@ -62,8 +65,6 @@ def selected_runs(spec: Spec, datasets: str | None) -> Iterable[tuple[Condition,
 
 
 def _training_plan(recipe_name: str, train_root: Path) -> str:
-    from vtrepro.training.recipe import load_recipe
-
     recipe = load_recipe(recipe_name)
     final = train_root / recipe.name / "final"
     state = "trained" if final.is_dir() else f"to train first: {recipe.training['steps']} steps"
@@ -73,8 +74,6 @@ def _training_plan(recipe_name: str, train_root: Path) -> str:
 def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], data_dir, model_dir,
                   train_root: Path = Path("runs/train")) -> str:
     """What a run would do, and whether each model and dataset is available here."""
-    from vtrepro.data.beir import data_root
-
     lines = [f"{spec.path}: {len(selected)} run(s), metrics {', '.join(spec.metrics)}, top {spec.k}"]
     problems: dict[str, str] = {}
     for condition, dataset in selected:
@@ -130,8 +129,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="validate the spec, print the plan, run nothing")
     args = parser.parse_args(argv)
 
-    from vtrepro.core.java import start_jvm
-    from vtrepro.data.beir import load_dataset
 
     spec = load_spec(args.spec)
     selected = list(selected_runs(spec, args.datasets))
@@ -145,8 +142,6 @@ def main(argv: list[str] | None = None) -> int:
             datasets[dataset_run.name] = load_dataset(dataset_run.name, args.data_dir)
         datasets[dataset_run.name].qrels(dataset_run.split)
         if condition.train:
-            from vtrepro.training.recipe import load_recipe
-
             load_recipe(condition.train)
     cache = args.output / ".bundles"
     sources = vector_sources(args.vectors, selected, cache) if args.vectors else {}

@@ -15,12 +15,11 @@ from vtrepro.encode.fingerprint import (
 )
 from vtrepro.regress.bundle import BUNDLE_MANIFEST, QUERIES_NAME, open_bundle, read_bundle_manifest, verify_runs
 from vtrepro.regress.spec import Condition, DatasetRun, EncodedVectors
+from vtrepro.search.lucene import read_query_vectors
 
 
 def vector_differences(reference: EncodedVectors, used: EncodedVectors) -> dict[str, VectorDiff]:
     """How the vectors used differ from reference vectors, for corpus and queries."""
-    from vtrepro.search.lucene import read_query_vectors
-
     return {
         "corpus": compare_vectors(load_vectors(vector_files(reference.corpus)), load_vectors(vector_files(used.corpus))),
         "queries": compare_vectors(read_query_vectors(reference.queries), read_query_vectors(used.queries)),
@@ -64,8 +63,6 @@ def cached_fingerprint(folder: Path) -> VectorSetSummary:
 
 def check_encoded(encoded: EncodedVectors) -> None:
     """Read and check every vector of ``encoded`` (ids unique, integer impacts) before any work starts."""
-    from vtrepro.search.lucene import read_query_vectors
-
     if encoded.queries.resolve() in {path.resolve() for path in vector_files(encoded.corpus)}:
         raise VtreproError(f"{encoded.queries}: the queries file lies in the corpus folder {encoded.corpus}, so it "
                            "would be indexed as documents; move it out of that folder")

@@ -35,7 +35,10 @@ import numpy as np
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, read_jsonl
+from vtrepro.data.beir import load_dataset
 from vtrepro.data.texts import read_tsv_texts
+from vtrepro.index.lucene import build_bm25_index
+from vtrepro.search.lucene import search_bm25
 
 NEGATIVES_FORMAT = "vtrepro.bm25-negatives/1"
 MINING_CHUNK = 256
@@ -227,8 +230,6 @@ def beir_training_set(
     bm25: tuple[float, float] = (0.9, 0.4),
 ) -> PairTrainingSet:
     """Pairs from a BEIR split's qrels (relevance >= ``min_relevance``) with BM25-mined (or no) negatives."""
-    from vtrepro.data.beir import load_dataset
-
     beir = load_dataset(dataset, data_dir)
     qrels = beir.qrels(split)
     queries = beir.queries(split)
@@ -261,8 +262,6 @@ def mine_bm25_negatives(
         _, header = next(lines, (0, {}))
         if header == settings:
             return {record["qid"]: record["negatives"] for _, record in lines}
-    from vtrepro.index.lucene import build_bm25_index
-    from vtrepro.search.lucene import search_bm25
 
     index_dir = cache_dir / f"bm25-index-{name.replace('/', '_')}"
     if not index_dir.is_dir():  # indexes are built beside and renamed into place: present = complete

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
 from vtrepro.core.errors import VtreproError
@@ -36,8 +37,6 @@ class Processes:
         if device.type == "cuda":
             torch.cuda.set_device(device)
         if world > 1:
-            import torch.distributed as dist
-
             dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timedelta(minutes=30))
             return cls(dist.get_rank(), world, device)
         return cls(0, 1, device)
@@ -48,22 +47,16 @@ class Processes:
 
     def barrier(self) -> None:
         if self.world > 1:
-            import torch.distributed as dist
-
             dist.barrier()
 
     def close(self) -> None:
         if self.world > 1:
-            import torch.distributed as dist
-
             dist.destroy_process_group()
 
     def gather(self, tensor: Tensor) -> Tensor:
         """Every process's rows, in rank order; this process's rows keep their gradient."""
         if self.world == 1:
             return tensor
-        import torch.distributed as dist
-
         parts = [torch.empty_like(tensor) for _ in range(self.world)]
         dist.all_gather(parts, tensor.detach().contiguous())
         parts[self.rank] = tensor
@@ -72,8 +65,6 @@ class Processes:
     def gather_objects(self, value: Any) -> list[Any]:
         if self.world == 1:
             return [value]
-        import torch.distributed as dist
-
         values: list[Any] = [None] * self.world
         dist.all_gather_object(values, value)
         return values

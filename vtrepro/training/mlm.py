@@ -27,6 +27,7 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.progress import Progress
 from vtrepro.core.schema import Field
 from vtrepro.data.texts import dataset_or_file_texts
+from vtrepro.model.loading import load_masked_lm
 from vtrepro.training.data import permutation
 from vtrepro.training.schedule import lr_factor
 
@@ -133,8 +134,6 @@ def run_mlm(
     trust_remote_code: bool = False,
 ) -> dict[str, Any]:
     """Adapt ``model`` on a BEIR corpus or a corpus file and save it with ``mlm_report.json`` to ``out``."""
-    from vtrepro.model.loading import load_masked_lm
-
     if (dataset is None) == (corpus is None):
         raise VtreproError("give exactly one of --dataset and --corpus")
     if steps < 1 or batch_size < 1 or max_length < 8 or not 0 < mask_rate <= 1:

@@ -7,10 +7,13 @@ from typing import Any
 
 import torch
 
+from vtrepro.model.loading import resolve_model
 from vtrepro.training.inputs import availability, required_inputs
 from vtrepro.training.recipe import Recipe
 from vtrepro.training.run_folder import stage_dir
 from vtrepro.training.stages import Stage
+
+# transformers is imported only for the cost estimate, on purpose: `train --help` stays fast.
 
 DEFAULT_GPU_TFLOPS = 150.0
 # Offline stand-ins for the cost estimate of Hub models that are not local: transformers' default
@@ -22,8 +25,6 @@ KNOWN_ARCHITECTURES = {"answerdotai/ModernBERT-base": "modernbert", "bert-base-u
 def _architecture(name: str, model_dir) -> Any | None:
     """The config of a local model, or transformers' default config for a known Hub architecture."""
     from transformers import AutoConfig
-
-    from vtrepro.model.loading import resolve_model
 
     source = resolve_model(name, model_dir)
     if Path(source).is_dir():

@@ -10,6 +10,8 @@ import numpy as np
 from vtrepro.core.io import atomic_write, read_jsonl
 from vtrepro.training.stages import Stage
 
+# matplotlib is imported only to draw the curves plot, on purpose: it is slow to import and optional for a run.
+
 STATE_NAME = "trainer_state.pt"
 LOG_NAME = "train_log.jsonl"
 PLOT_NAME = "curves.png"

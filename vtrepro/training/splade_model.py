@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from vtrepro.model.splade import mlm_head_transform, splade_activation
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
@@ -52,8 +54,6 @@ class SpladeModel(nn.Module):
     keep: Tensor  # buffer: 0.0 for special-token terms and ids past the tokenizer, else 1.0
 
     def __init__(self, name: str, mlm: PreTrainedModel, tokenizer: Any):
-        from vtrepro.model.splade import mlm_head_transform
-
         super().__init__()
         self.mlm = mlm
         self.head = mlm_head_transform(name, mlm.eval(), tokenizer)  # shares the MLM head's parameters
@@ -63,8 +63,6 @@ class SpladeModel(nn.Module):
         self.register_buffer("keep", keep, persistent=False)
 
     def encode(self, batch: dict[str, Tensor]) -> Tensor:
-        from vtrepro.model.splade import splade_activation
-
         hidden = self.mlm.base_model(**batch)[0]
         mask = batch["attention_mask"].bool()
         pooled = MaxPooledProjection.apply(self.head(hidden[mask]), self.decoder.weight, self.decoder.bias,

@@ -12,12 +12,17 @@ from typing import Any, cast
 
 import torch
 from torch import Tensor
+from torch.nn.parallel import DistributedDataParallel
 
 from vtrepro.core import checkpoints
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import read_jsonl
 from vtrepro.core.progress import Progress
 from vtrepro.data.availability import data_path
+from vtrepro.data.texts import dataset_or_file_texts
+from vtrepro.model.idf import IDF_NAME, IdfQueryEncoder
+from vtrepro.model.loading import load_masked_lm
+from vtrepro.training import data as training_data
 from vtrepro.training import losses
 from vtrepro.training.distributed import Processes, rng_state, set_rng_state
 from vtrepro.training.recipe import Recipe
@@ -37,8 +42,6 @@ from vtrepro.training.splade_model import SpladeModel, set_dropout
 
 def build_training_set(recipe: Recipe, data_dir, cache_dir: Path):
     """The recipe's training examples (BM25 negatives mined into ``cache_dir`` once)."""
-    from vtrepro.training import data as training_data
-
     data = recipe.data
     if data["format"] == "triples":
         return training_data.TriplesTrainingSet(data_path(data["path"], data_dir))
@@ -56,8 +59,6 @@ def build_training_set(recipe: Recipe, data_dir, cache_dir: Path):
 
 def idf_texts(recipe: Recipe, data_dir):
     """The corpus the IDF query weights are computed on: idf_corpus, else the training corpus."""
-    from vtrepro.data.texts import dataset_or_file_texts
-
     if recipe.idf_corpus is not None:
         source = recipe.idf_corpus
         path = data_path(source, data_dir)
@@ -109,8 +110,6 @@ class Trainer:
                       "new dropout random streams", file=sys.stderr)
         self.ddp: torch.nn.Module = self.model  # wrapped in DistributedDataParallel below when distributed
         if processes.world > 1:
-            from torch.nn.parallel import DistributedDataParallel
-
             devices = [processes.device] if processes.device.type == "cuda" else None
             self.ddp = DistributedDataParallel(self.model, device_ids=devices)
 
@@ -127,8 +126,6 @@ class Trainer:
         torch.set_num_threads(threads)
 
     def _load_model(self, start: str, model_dir) -> None:
-        from vtrepro.model.loading import load_masked_lm
-
         source = str(self.checkpoint) if self.checkpoint is not None else start
         mlm, self.tokenizer = load_masked_lm(source, model_dir, self.recipe.trust_remote_code)
         for name, value in (("max_length_query", self.training["max_length_query"]),
@@ -144,8 +141,6 @@ class Trainer:
 
     def _prepare_data(self, data_dir) -> None:
         """Mine negatives / compute IDF on rank 0, then load the (cached) data everywhere."""
-        from vtrepro.model.idf import IDF_NAME, IdfQueryEncoder
-
         cache = self.output / "data"
         prepared = cache / PREPARED_NAME
 
@@ -171,10 +166,8 @@ class Trainer:
 
     def compute(self, step: int) -> tuple[Tensor, dict[str, float]]:
         """Loss of 0-based ``step`` over the global batch, and its metrics."""
-        from vtrepro.training.data import batch_examples
-
         training, config, processes = self.training, self.loss_config, self.processes
-        examples = batch_examples(self.data, step, training["batch_size"], training["seed"],
+        examples = training_data.batch_examples(self.data, step, training["batch_size"], training["seed"],
                                   (processes.rank, processes.world))
         queries = [example.query for example in examples]
         documents = [self._tokenize([text for example in examples for text in example.documents],

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vtrepro.core.errors import VtreproError
+from vtrepro.model.loading import load_masked_lm
 from vtrepro.vocabulary.matching import ROLES, fast_backend, special_ids, special_roles
 from vtrepro.vocabulary.tables import install_vocabulary, vocabulary_tables
 
@@ -52,8 +53,6 @@ def make_leaveout_source(
     Returns the smaller model (rows gathered, new contiguous ids), its tokenizer and the held-out tokens.
     """
     import torch
-
-    from vtrepro.model.loading import load_masked_lm
 
     model, tokenizer = load_masked_lm(model_path)
     tokens = [token for token, _ in sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vtrepro.core.errors import VtreproError
+from vtrepro.model.loading import resolve_model
 from vtrepro.vocabulary.matching import SPECIAL_NAMES, fast_backend
 
 # torch, transformers and tokenizers are imported inside the functions, so importing this module stays fast
@@ -29,8 +30,6 @@ def load_tokenizer(name_or_path: str | Path, model_dir: str | Path | None = None
     """
     from tokenizers import Tokenizer
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    from vtrepro.model.loading import resolve_model
 
     file = Path(str(name_or_path)).expanduser()
     folder = Path(resolve_model(name_or_path, model_dir))
@@ -64,8 +63,6 @@ def load_reference(
     """Input embeddings of a model on the target vocabulary, and its MLM decoder bias when it has one."""
     import torch
     from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
-
-    from vtrepro.model.loading import resolve_model
 
     path = resolve_model(name_or_path, model_dir)
     try:

@@ -37,6 +37,7 @@ from vtrepro.core.cli import (
 )
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.schema import Field
+from vtrepro.model.loading import load_masked_lm, resolve_model
 from vtrepro.vocabulary.initialize import initialize_new
 from vtrepro.vocabulary.leaveout import make_leaveout_source
 from vtrepro.vocabulary.matching import match_vocabularies, special_ids, special_roles
@@ -213,8 +214,6 @@ def run_transfer(
     ``leaveout={"fraction": f, "seed": s}`` first removes a seeded share of the source's tokens
     (:func:`make_leaveout_source`, the leave-out experiment); the report lists the held-out tokens.
     """
-    from vtrepro.model.loading import load_masked_lm, resolve_model
-
     _check_options(init, temperature, similarity, chunk_size)
     check_out(out)
     held_out: list[str] = []
