@@ -111,8 +111,8 @@ def test_transfer_and_calibrate_blocks(tmp_path):
     transfer, calibrate = condition.stages
     assert transfer.name == "transfer" and transfer.options == {
         "target_tokenizer": "bert-base-uncased", "reference": "sentence-transformers/all-MiniLM-L6-v2",
-        "init": "topology", "temperature": 0.5, "similarity": "cosine", "target_norm": False, "seed": 0,
-        "leaveout": {"fraction": 0.1, "seed": 0}}
+        "init": "topology", "temperature": 0.5, "similarity": "cosine", "preset": "vtrepro", "matching": None,
+        "keep_norm": None, "bias_statistics": None, "target_norm": None, "seed": 0, "leaveout": {"fraction": 0.1, "seed": 0}}
     assert calibrate.name == "calibrate" and calibrate.options == {
         "dataset": "scifact", "corpus": None, "docs": 500, "cut_percent": None, "target_terms": 286.0,
         "max_length": 512, "max_sample": 10_000, "batch_size": 32, "seed": 0}

@@ -194,9 +194,9 @@ def add_options(parser: argparse._ActionsContainer, schema: dict[str, Field], na
         flag = "--" + name.replace("_", "-")
         default = None if field.default is REQUIRED else field.default
         shown = f"{field.help} (default: %(default)s)" if default is not None else field.help
-        if field.kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction if default else "store_true",
-                                default=bool(default), help=field.help)
+        if field.kind is bool:  # --flag alone when it is off by default, else --flag/--no-flag
+            parser.add_argument(flag, action="store_true" if default is False else argparse.BooleanOptionalAction,
+                                default=default, help=field.help)
         elif field.kind in (int, float):
             parser.add_argument(flag, type=number_in(field.kind, *field.bounds), default=default,
                                 required=field.default is REQUIRED, help=shown)

@@ -109,8 +109,10 @@ def initialize_new(
     chunk_size: int,
     seed: int,
     config: Any,
+    keep_norm: bool = True,
 ) -> dict[str, Any]:
-    """Fill the rows of ``match.new`` in every table (in place) with the chosen initializer."""
+    """Fill the rows of ``match.new`` in every table (in place) with the chosen initializer; ``keep_norm``
+    rescales each topology row to the weighted norm of the overlap rows it combines."""
     import torch
 
     overlap, new = match.overlap, match.new
@@ -121,7 +123,8 @@ def initialize_new(
         support = torch.bincount(weights.coalesce().indices()[0], minlength=len(new))
         report["support"] = _summary(support)
         for name, table in tables.items():
-            tables[name][new] = as_table(combine_rows(weights, as_matrix(table[overlap]), table.dim() == 2), table)
+            tables[name][new] = as_table(combine_rows(weights, as_matrix(table[overlap]), keep_norm and table.dim() == 2),
+                                          table)
     elif init == "subword-mean":
         size = source_tables["embeddings"].shape[0]
         weights, missing = subword_weights(source_tokenizer, target_tokenizer, new, size)

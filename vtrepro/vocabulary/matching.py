@@ -184,8 +184,15 @@ def role_id(roles: dict[str, int], role: str) -> int | None:
     return next((roles[name] for name in ROLE_FALLBACK[role] if name in roles), None)
 
 
+REPLACEMENT_CHARACTER = "\ufffd"
+
+
 def token_forms(tokenizer: PreTrainedTokenizerBase, normalize: Callable[[str], str]) -> dict[int, TokenForm]:
-    """``{id: TokenForm}`` for every non-special entry that has text; added tokens are taken literally."""
+    """``{id: TokenForm}`` for every non-special entry that has text; added tokens are taken literally.
+
+    An entry spelled with U+FFFD (text that was not valid UTF-8 where the vocabulary was built, such as
+    GPT-2's ``.ï¿½``) has no text to match: BERT's normalizer would drop the character and match ``.``.
+    """
     scheme = vocabulary_scheme(tokenizer)
     added = tokenizer.added_tokens_decoder
     skip = special_ids(tokenizer)
@@ -194,7 +201,7 @@ def token_forms(tokenizer: PreTrainedTokenizerBase, normalize: Callable[[str], s
         if index in skip:
             continue
         parts = (token.strip(), True) if index in added else scheme.split(token)
-        if not parts or not parts[0]:
+        if not parts or not parts[0] or REPLACEMENT_CHARACTER in parts[0]:
             continue
         text = normalize(parts[0])
         if text:
@@ -231,14 +238,26 @@ def merge_weights(target: TokenForm, candidates: list[tuple[int, TokenForm]]) ->
     return [(index, weight / total) for index, weight in raw]
 
 
+def same_letters_first(target: TokenForm, candidates: list[tuple[int, TokenForm]]) -> list[tuple[int, TokenForm]]:
+    """The candidates spelled with the target's letters up to case, when there are any; else all of them.
+
+    Accent folding makes ``s``, ``š`` and ``ş`` one text: a source row for ``š`` then only joins the
+    target ``s`` when no source ``s``/``S`` exists (GPT-2 onto BERT-uncased: 118 of 8,724 blends lose
+    such members, 41 of them become single copies).
+    """
+    same = [candidate for candidate in candidates if candidate[1].spelling.casefold() == target.spelling.casefold()]
+    return same or candidates
+
+
 def match_vocabularies(
     source_tokenizer: PreTrainedTokenizerBase, target_tokenizer: PreTrainedTokenizerBase
 ) -> VocabularyMatch:
     """Pair every target id with its source rows: special equivalents, exact copies, merges, or new.
 
     A target token's candidates are the source tokens with the same normalized text at the same
-    position (word start / continuation); unmarked source tokens also count as word starts when
-    the source leaves a text's first word unmarked.
+    position (word start / continuation), those with the same letters up to case first
+    (:func:`same_letters_first`); unmarked source tokens also count as word starts when the source
+    leaves a text's first word unmarked.
     """
     normalize = text_normalizer(target_tokenizer)
     scheme = vocabulary_scheme(source_tokenizer)
@@ -259,10 +278,10 @@ def match_vocabularies(
         if target_form is None:  # no text to match (a special token, a lone marker, a byte piece)
             match.new.append(index)
             continue
-        candidates = [
+        candidates = same_letters_first(target_form, [
             (source, source_form) for source, source_form in by_text.get(target_form.text, [])
             if (scheme.can_start_word(source_form) if target_form.word_start else not source_form.word_start)
-        ]
+        ])
         if len(candidates) == 1:
             match.exact[index] = candidates[0][0]
         elif candidates:

@@ -59,8 +59,9 @@ def as_table(rows: Tensor, like: Tensor) -> Tensor:
     return rows if like.dim() == 2 else rows[:, 0]
 
 
-def install_vocabulary(model: PreTrainedModel, tables: dict[str, Tensor], roles: dict[str, int]) -> None:
-    """Resize ``model`` to the tables' vocabulary, copy the rows in and point the config's token ids at ``roles``."""
+def install_vocabulary(model: PreTrainedModel, tables: dict[str, Tensor], roles: dict[str, int] | None) -> None:
+    """Resize ``model`` to the tables' vocabulary, copy the rows in and point the config's token ids at
+    ``roles`` (a new pad id moves the padding rows too); ``roles=None`` leaves config and padding as they are."""
     import torch
 
     old_pad = model.config.pad_token_id
@@ -74,6 +75,8 @@ def install_vocabulary(model: PreTrainedModel, tables: dict[str, Tensor], roles:
         if "bias" in tables:
             head.bias.copy_(tables["bias"])
     _unshare_new_ties(model, shared_before)
+    if roles is None:
+        return
     for key, role in CONFIG_ROLE_KEYS.items():
         if getattr(model.config, key, None) is not None or (key == "pad_token_id" and "pad" in roles):
             setattr(model.config, key, role_id(roles, role))

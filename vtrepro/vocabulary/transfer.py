@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,9 +39,11 @@ from vtrepro.core.cli import (
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.schema import Field
 from vtrepro.model.loading import load_masked_lm, resolve_model
+from vtrepro.vocabulary.focus import focus_match
 from vtrepro.vocabulary.initialize import initialize_new
 from vtrepro.vocabulary.leaveout import make_leaveout_source
-from vtrepro.vocabulary.matching import match_vocabularies, special_ids, special_roles
+from vtrepro.vocabulary.matching import VocabularyMatch, match_vocabularies, special_ids, special_roles
+from vtrepro.vocabulary.presets import BIAS_STATISTICS, MATCHINGS, PRESETS, set_authors_config_ids, transfer_choices
 from vtrepro.vocabulary.tables import install_vocabulary, known_rows, vocabulary_tables
 from vtrepro.vocabulary.target import load_reference, load_tokenizer
 from vtrepro.vocabulary.topology import DEFAULT_CHUNK_SIZE
@@ -66,7 +69,20 @@ TRANSFER_OPTIONS = {
     "temperature": Field(float, 1.0, above=0, help="sparsemax temperature"),
     "similarity": Field(str, "cosine", SIMILARITIES,
                         help="topology scores: cosine, per-token z-scored cosine, or cosine minus log prior"),
-    "target_norm": Field(bool, False, help="rescale rows and bias so the mean overlap-row norm equals the reference's"),
+    "preset": Field(str, "vtrepro", tuple(PRESETS),
+                    help="authors: the released transform of the paper (FOCUS matching, plain sparsemax sums, bias "
+                         "statistics over all rows, target norm, tied decoder); vtrepro: this toolkit's choices"),
+    "matching": Field(str, None, MATCHINGS, nullable=True,
+                      help="overlap rule: normalized (case/accent-folded, blended, specials by role) or focus "
+                           "(the authors'); default: the preset's"),
+    "keep_norm": Field(bool, None, nullable=True,
+                       help="rescale each combined row to the weighted norm of its rows (default: the preset's)"),
+    "bias_statistics": Field(str, None, BIAS_STATISTICS, nullable=True,
+                             help="z-map the reference bias with statistics over ordinary rows (special biases "
+                                  "copied) or over all rows; default: the preset's"),
+    "target_norm": Field(bool, None, nullable=True,
+                         help="rescale rows and bias so the mean overlap-row norm equals the reference's "
+                              "(default: the preset's)"),
     "seed": Field(int, 0, minimum=0, help="seed of --init random"),
     "leaveout": Field("mapping", None, nullable=True),
 }
@@ -81,7 +97,12 @@ LEAVEOUT_OPTIONS = {
 # ---------------------------------------------------------------------------- transfer
 
 
-def _check_options(init: str, temperature: float, similarity: str, chunk_size: int) -> None:
+def _check_options(init: str, temperature: float, similarity: str, chunk_size: int, preset: str,
+                   matching: str | None, bias_statistics: str | None) -> None:
+    for name, value, allowed in (("preset", preset, tuple(PRESETS)), ("matching", matching, MATCHINGS),
+                                 ("bias-statistics", bias_statistics, BIAS_STATISTICS)):
+        if value is not None and value not in allowed:
+            raise VtreproError(f"unknown --{name} '{value}'; choose one of {', '.join(allowed)}")
     if init not in INITS:
         raise VtreproError(f"unknown --init '{init}'; choose one of {', '.join(INITS)}")
     if similarity not in SIMILARITIES:
@@ -111,25 +132,37 @@ def transfer_vocabulary(
     init: str = "topology",
     temperature: float = 1.0,
     similarity: str = "cosine",
-    target_norm: bool = False,
+    target_norm: bool | None = None,
     seed: int = 0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    preset: str = "vtrepro",
+    matching: str | None = None,
+    keep_norm: bool | None = None,
+    bias_statistics: str | None = None,
 ) -> tuple[PreTrainedModel, dict[str, Any]]:
     """Move ``source_model`` (in place) onto ``target_tokenizer``'s vocabulary; return it and a report.
 
     ``reference_embeddings`` are the input embeddings of a model that uses the target vocabulary
-    (row i = target id i; any hidden size): only their cosine geometry is used.
+    (row i = target id i; any hidden size): only their cosine geometry is used. ``preset`` sets the
+    choices of :class:`~vtrepro.vocabulary.presets.TransferChoices`; the other arguments override one.
     """
-    _check_options(init, temperature, similarity, chunk_size)
+    _check_options(init, temperature, similarity, chunk_size, preset, matching, bias_statistics)
+    choices = transfer_choices(preset, matching=matching, keep_norm=keep_norm, bias_statistics=bias_statistics,
+                               target_norm=target_norm)
+    authors = preset == "authors"
     started = time.perf_counter()
     size = len(target_tokenizer)
-    if reference_embeddings is None and (init == "topology" or target_norm):
-        raise VtreproError(f"--init {init}{' with --target-norm' if target_norm else ''} needs a --reference model")
+    if reference_embeddings is None and (init == "topology" or choices.target_norm):
+        raise VtreproError(f"--init {init}{' with the target norm' if choices.target_norm else ''} "
+                           "needs a --reference model")
     if reference_embeddings is not None and reference_embeddings.shape[0] < size:
         raise VtreproError(
             f"reference has {reference_embeddings.shape[0]} embedding rows but the target vocabulary has {size} tokens"
         )
-    match = match_vocabularies(source_tokenizer, target_tokenizer)
+    if choices.matching == "focus":
+        match = focus_match(source_tokenizer, target_tokenizer)
+    else:
+        match = match_vocabularies(source_tokenizer, target_tokenizer)
     overlap, new = match.overlap, match.new
     if not overlap:
         raise VtreproError("no target token matches a source token; check --source and --target-tokenizer")
@@ -140,21 +173,21 @@ def transfer_vocabulary(
     if new:
         report.update(initialize_new(tables, source_tables, match, source_tokenizer, target_tokenizer,
                                       reference_embeddings, init, temperature, similarity, chunk_size,
-                                      seed, source_model.config))
-    special_rows = sorted(match.special)
-    ordinary = [index for index in range(size) if index not in match.special]
-    if "bias" in tables and reference_decoder_bias is not None:
-        source_ordinary = sorted(set(range(source_tables["bias"].shape[0])) - special_ids(source_tokenizer))
-        tables["bias"], report["bias_map"] = _zscore_map(reference_decoder_bias[:size], source_tables["bias"],
-                                                         ordinary, source_ordinary)
-        tables["bias"][special_rows] = source_tables["bias"][[match.special[i] for i in special_rows]]
+                                      seed, source_model.config, choices.keep_norm))
+    if "bias" in tables:
+        tables["bias"], report["bias"] = _target_bias(tables["bias"], source_tables["bias"], reference_decoder_bias,
+                                                      match, source_tokenizer, choices.bias_statistics, authors)
     norm_scale = None
-    if target_norm:
+    if choices.target_norm:
         assert reference_embeddings is not None  # refused above without a reference
         norm_scale = (reference_embeddings[overlap].float().norm(dim=1).mean()
                       / tables["embeddings"][overlap].norm(dim=1).mean()).item()
         tables = {name: table * norm_scale for name, table in tables.items()}
-    install_vocabulary(source_model, tables, special_roles(target_tokenizer))
+    if authors and "decoder" in tables:
+        tables["decoder"] = tables["embeddings"].clone()  # the released transform ties a new decoder to them
+    install_vocabulary(source_model, tables, None if authors else special_roles(target_tokenizer))
+    if authors:
+        report["config_ids"] = set_authors_config_ids(source_model, target_tokenizer)
 
     norms = tables["embeddings"].norm(dim=1)
     report.update({
@@ -163,8 +196,6 @@ def transfer_vocabulary(
                    "new": len(new), "merged_sources_mean": round(
                        sum(map(len, match.merged.values())) / max(len(match.merged), 1), 3)},
         "decoder": "tied" if tied else "untied",
-        "bias": "none" if "bias" not in tables else
-                "reference z-score map" if reference_decoder_bias is not None else "transferred",
         "norms": {
             "source_mean": round(source_tables["embeddings"].norm(dim=1).mean().item(), 4),
             "overlap_mean": round(norms[overlap].mean().item(), 4),
@@ -173,11 +204,38 @@ def transfer_vocabulary(
             else round(reference_embeddings[overlap].float().norm(dim=1).mean().item(), 4),
             "target_norm_scale": norm_scale,
         },
-        "options": {"init": init, "temperature": temperature, "similarity": similarity,
-                    "target_norm": target_norm, "seed": seed, "chunk_size": chunk_size},
+        "options": {"preset": preset, **asdict(choices), "init": init, "temperature": temperature,
+                    "similarity": similarity, "seed": seed, "chunk_size": chunk_size},
+        "new_ids": new,
         "seconds": round(time.perf_counter() - started, 2),
     })
     return source_model, report
+
+
+def _target_bias(bias: Tensor, source_bias: Tensor, reference_bias: Tensor | None, match: VocabularyMatch,
+                 source_tokenizer: PreTrainedTokenizerBase, statistics: str, authors: bool) -> tuple[Tensor, dict]:
+    """The MLM bias of the target rows and how it was made.
+
+    With a reference MLM bias: the reference bias z-mapped onto the source bias, with statistics over
+    ``all`` rows (and applied to all), or over ``ordinary`` rows with special biases copied by role.
+    Without one: the rows as transferred, or zeros for the authors' preset (its released code then
+    leaves the new decoder's bias at zero).
+    """
+    if reference_bias is None:
+        if authors:
+            return bias.new_zeros(bias.shape), {"from": "zeros (the reference has no MLM bias)"}
+        return bias, {"from": "transferred"}
+    size = bias.shape[0]
+    if statistics == "all":
+        mapped, bias_map = _zscore_map(reference_bias[:size], source_bias, list(range(size)),
+                                       list(range(source_bias.shape[0])))
+        return mapped, {"from": "reference z-score map, all rows", **bias_map}
+    special_rows = sorted(match.special)
+    ordinary = [index for index in range(size) if index not in match.special]
+    source_ordinary = sorted(set(range(source_bias.shape[0])) - special_ids(source_tokenizer))
+    mapped, bias_map = _zscore_map(reference_bias[:size], source_bias, ordinary, source_ordinary)
+    mapped[special_rows] = source_bias[[match.special[index] for index in special_rows]]
+    return mapped, {"from": "reference z-score map, ordinary rows; special rows copied", **bias_map}
 
 
 # ---------------------------------------------------------------------------- loading and saving
@@ -202,11 +260,15 @@ def run_transfer(
     out: str | Path,
     temperature: float = 1.0,
     similarity: str = "cosine",
-    target_norm: bool = False,
+    target_norm: bool | None = None,
     seed: int = 0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     model_dir: str | Path | None = None,
     leaveout: dict[str, Any] | None = None,
+    preset: str = "vtrepro",
+    matching: str | None = None,
+    keep_norm: bool | None = None,
+    bias_statistics: str | None = None,
 ) -> dict[str, Any]:
     """Load, transfer, and save a checkpoint with ``transfer_report.json`` to ``out``; return the report.
 
@@ -214,7 +276,7 @@ def run_transfer(
     ``leaveout={"fraction": f, "seed": s}`` first removes a seeded share of the source's tokens
     (:func:`make_leaveout_source`, the leave-out experiment); the report lists the held-out tokens.
     """
-    _check_options(init, temperature, similarity, chunk_size)
+    _check_options(init, temperature, similarity, chunk_size, preset, matching, bias_statistics)
     check_out(out)
     held_out: list[str] = []
     if leaveout is None:
@@ -226,7 +288,8 @@ def run_transfer(
         reference = target_tokenizer
     embeddings, bias = load_reference(reference, target, model_dir) if reference is not None else (None, None)
     model, report = transfer_vocabulary(model, source_tokenizer, target, embeddings, bias, init, temperature,
-                                        similarity, target_norm, seed, chunk_size)
+                                        similarity, target_norm, seed, chunk_size, preset, matching, keep_norm,
+                                        bias_statistics)
     report = {"source": str(source), "target_tokenizer": str(target_tokenizer),
               "reference": None if reference is None else str(reference), **report}
     if leaveout is not None:
