@@ -92,13 +92,16 @@ def test_shipped_recipes_validate() -> None:
     assert [stage.name for stage in paper.stages] == ["transfer", "mlm", "calibrate"]
     assert paper.loss["ranking"] == "margin_mse" and paper.data["format"] == "msmarco"
     assert paper.stages[1].options["steps"] == 20_000 and paper.stages[2].options["cut_percent"] == 60
+    assert [stage.options["preset"] for stage in paper.stages] == ["authors"] * 3
+    own = load_recipe("modernbert_vt_vtrepro")
+    assert [stage.options["preset"] for stage in own.stages] == ["vtrepro"] * 3 and own.loss["lambda_q"] == 0.5
 
 
 def test_paper_recipe_dry_run_prints_plan_and_cost(capsys, monkeypatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert main(["--config", str(RECIPES / "modernbert_vt.yaml"), "--dry-run"]) == 0
     plan = capsys.readouterr().out
-    for expected in ("1. transfer answerdotai/ModernBERT-base", "python -m vtrepro transfer", "2. mlm",
+    for expected in ("1. transfer answerdotai/ModernBERT-base", "python -m vtrepro transfer", "--preset authors", "2. mlm",
                      "python -m vtrepro mlm", "3. calibrate", "--cut-percent 60", "4. train SPLADE",
                      "margin_mse", "modernbert", "GPU-hours", "PFLOP"):
         assert expected in plan, expected

@@ -25,8 +25,9 @@ def read_tsv_texts(path: str | Path, wanted: set[str] | None = None) -> dict[str
     return texts
 
 
-def corpus_texts(path: str | Path) -> Iterator[str]:
-    """Texts of a corpus file: JSONL (``title`` + ``text`` or ``contents``) or ``id<TAB>text`` TSV."""
+def corpus_texts(path: str | Path, titles: bool = True) -> Iterator[str]:
+    """Texts of a corpus file: JSONL (``title`` + ``text`` or ``contents``; ``titles=False``: the text
+    alone) or ``id<TAB>text`` TSV."""
     path = Path(path)
     if path.name.endswith((".tsv", ".tsv.gz")):
         yield from read_tsv_texts(path).values()
@@ -35,12 +36,14 @@ def corpus_texts(path: str | Path) -> Iterator[str]:
         text = record.get("text", record.get("contents"))
         if not isinstance(text, str):
             raise VtreproError(f"{path}:{line}: missing string field 'text' (or 'contents')")
-        title = record.get("title") or ""
+        title = (record.get("title") or "") if titles else ""
         yield f"{title} {text}" if title else text
 
 
-def dataset_or_file_texts(source: str, data_dir: str | Path | None) -> Iterable[str]:
-    """Texts of a BEIR dataset's corpus (name or folder), or of a JSONL / TSV corpus file."""
+def dataset_or_file_texts(source: str, data_dir: str | Path | None, titles: bool = True) -> Iterable[str]:
+    """Texts of a BEIR dataset's corpus (name or folder), or of a JSONL / TSV corpus file; each document's
+    title and text, or with ``titles=False`` its text alone."""
     if Path(source).expanduser().is_file():
-        return corpus_texts(Path(source).expanduser())
-    return [document.contents for document in load_dataset(source, data_dir).corpus()]
+        return corpus_texts(Path(source).expanduser(), titles)
+    corpus = load_dataset(source, data_dir).corpus()
+    return [document.contents for document in corpus] if titles else [document.text for document in corpus]

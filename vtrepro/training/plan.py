@@ -11,7 +11,7 @@ from vtrepro.model.loading import resolve_model
 from vtrepro.training.inputs import availability, required_inputs
 from vtrepro.training.recipe import Recipe
 from vtrepro.training.run_folder import stage_dir
-from vtrepro.training.stages import Stage
+from vtrepro.training.stages import STAGE_OPTIONS, Stage
 
 # transformers is imported only for the cost estimate, on purpose: `train --help` stays fast.
 
@@ -135,20 +135,17 @@ def describe_plan(recipe: Recipe, output: Path, data_dir, model_dir, gpu_tflops:
 
 
 def _stage_command(stage: Stage, model: str, out: Path) -> str:
-    options = stage.options
-    if stage.name == "transfer":
-        reference = f" --reference {options['reference']}" if options["reference"] else ""
-        leaveout = options["leaveout"]
-        leaveout = f" --leaveout {leaveout['fraction']} --leaveout-seed {leaveout['seed']}" if leaveout else ""
-        return (f"python -m vtrepro transfer --model {model} --target-tokenizer {options['target_tokenizer']}{reference} "
-                f"--init {options['init']} --temperature {options['temperature']} --similarity {options['similarity']}"
-                f"{leaveout} --output {out}")
-    corpus = f"--dataset {options['dataset']}" if options["dataset"] else f"--corpus {options['corpus']}"
-    if stage.name == "mlm":
-        return (f"python -m vtrepro mlm --model {model} {corpus} --steps {options['steps']} --mask-rate "
-                f"{options['mask_rate']} --max-length {options['max_length']} --lr {options['lr']} "
-                f"--batch-size {options['batch_size']} --warmup-steps {options['warmup_steps']} "
-                f"--precision {options['precision']} --seed {options['seed']} --output {out}")
-    target = (f"--target-terms {options['target_terms']}" if options["target_terms"] is not None
-              else f"--cut-percent {options['cut_percent'] or 60}")
-    return f"python -m vtrepro calibrate --model {model} {corpus} --docs {options['docs']} {target} --output {out}"
+    """The command line that runs ``stage`` alone: every option that differs from its default."""
+    flags = []
+    for name, value in stage.options.items():
+        field = STAGE_OPTIONS[stage.name][name]
+        if value is None or value == field.default:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if name == "leaveout":
+            flags.append(f"--leaveout {value['fraction']} --leaveout-seed {value['seed']}")
+        elif field.kind is bool:
+            flags.append(flag if value else f"--no-{flag[2:]}")
+        else:
+            flags.append(f"{flag} {value}")
+    return " ".join(["python -m vtrepro", stage.name, "--model", model, *flags, "--output", str(out)])

@@ -15,7 +15,7 @@ import itertools
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 from vtrepro.core.checkpoints import check_out, save_checkpoint
 from vtrepro.core.cli import (
@@ -44,8 +44,15 @@ DEFAULT_MAX_SAMPLE = 10_000
 ENCODE_BATCH = 256
 ROW_CHUNK = 256
 FLOAT16_PATTERNS = 1 << 16
+PRESETS = ("vtrepro", "authors")
+AUTHORS_SAMPLING = {"group_docs": 64, "per_group": 20_000, "max_samples": 1_000_000, "seed": 42}
+"""The released probe's sampling (probe_activation_percentiles.py at 887dd22, its defaults): per batch of
+64 documents, 20,000 max-pooled logits drawn with replacement, at most 1,000,000 in all, seed 42."""
 
 CALIBRATE_OPTIONS = {
+    "preset": Field(str, "vtrepro", PRESETS,
+                    help="authors: the released probe (document text without title, every vocabulary id, "
+                         "sampled percentile); vtrepro: exact quantile over non-special terms"),
     "dataset": Field(str, None, nullable=True),
     "corpus": Field(str, None, nullable=True),
     "docs": Field(int, DEFAULT_DOCS, minimum=1, help="calibrate on the first N documents"),
@@ -159,6 +166,29 @@ def activity(logits: Tensor, threshold: float, query_logits: Tensor | None = Non
     }
 
 
+def sampled_percentile(encoder: SpladeEncoder, texts: Sequence[str], cut_percent: float, group_docs: int,
+                        per_group: int, max_samples: int, seed: int) -> tuple[float, int]:
+    """The released probe's estimate of the ``cut_percent`` percentile and the documents it read.
+
+    Per group of ``group_docs`` documents in corpus order, ``per_group`` values are drawn with
+    replacement from all their max-pooled logits (every vocabulary id, special tokens, zeros and
+    negatives included), until ``max_samples`` are kept; the percentile interpolates linearly.
+    """
+    import numpy as np
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    samples: list[Tensor] = []
+    kept, start = 0, 0
+    while kept < max_samples and start < len(texts):
+        values = encoder.max_logits(list(texts[start:start + group_docs])).flatten()
+        drawn = values[torch.randint(0, values.numel(), (min(per_group, values.numel()),), generator=generator)]
+        samples.append(drawn[:max_samples - kept])
+        kept += len(samples[-1])
+        start += group_docs
+    return float(np.percentile(torch.cat(samples).double().numpy(), cut_percent)), min(start, len(texts))
+
+
 def calibrate_bias(
     encoder_or_model: SpladeEncoder | str | Path,
     texts: Sequence[str],
@@ -168,12 +198,15 @@ def calibrate_bias(
     max_sample: int = DEFAULT_MAX_SAMPLE,
     seed: int = 0,
     max_length: int = 512,
+    preset: str = "vtrepro",
 ) -> tuple[float, dict[str, Any]]:
     """The bias shift ``delta`` and a before/after report on a seeded sample of ``texts``.
 
     ``cut_percent``: ``delta = -quantile(max_logits, cut/100)``, so ``100 - cut`` % of the
     document x term entries are positive. ``target_terms``: the delta whose mean number of active
-    terms per document is closest to it. Special tokens are never counted.
+    terms per document is closest to it. Special tokens are never counted. ``preset="authors"`` takes
+    the cut from :func:`sampled_percentile` instead (as the released probe does); the report's
+    before/after figures are then measured on the documents it read.
     """
     from vtrepro.model.splade import SpladeEncoder
 
@@ -187,17 +220,24 @@ def calibrate_bias(
         raise VtreproError("no documents to calibrate on")
     if max_sample < 1:
         raise VtreproError(f"--max-sample must be >= 1, got {max_sample}")
+    if preset not in PRESETS:
+        raise VtreproError(f"unknown --preset '{preset}'; choose one of {', '.join(PRESETS)}")
+    if preset == "authors" and cut_percent is None:
+        raise VtreproError("--preset authors calibrates by --cut-percent (the released probe has no target terms)")
     started = time.perf_counter()
     encoder = encoder_or_model if isinstance(encoder_or_model, SpladeEncoder) else SpladeEncoder(
         encoder_or_model, max_length_doc=max_length)
-    sample = sample_texts(texts, max_sample, seed)
+    cut = cast(float, cut_percent)  # the cut when target_terms is None (exactly one is given, checked above)
+    if preset == "authors":
+        threshold, read = sampled_percentile(encoder, texts, cut, **AUTHORS_SAMPLING)
+        sample, sampling = list(texts[:read]), {"preset": preset, **AUTHORS_SAMPLING, "documents_read": read}
+    else:
+        sample, sampling = sample_texts(texts, max_sample, seed), {"preset": preset, "max_sample": max_sample, "seed": seed}
     logits = pooled_logits(encoder, sample)
     query_logits = pooled_logits(encoder, list(query_texts), "query") if query_texts else None
     encoded = time.perf_counter()
-    if target_terms is not None:
-        threshold = threshold_for_terms(logits, target_terms)
-    elif cut_percent is not None:  # exactly one of the two is given (checked above)
-        threshold = threshold_for_cut(logits, cut_percent)
+    if preset != "authors":
+        threshold = threshold_for_terms(logits, target_terms) if target_terms is not None else threshold_for_cut(logits, cut)
     delta = -threshold
     report = {
         "documents": len(texts),
@@ -207,6 +247,7 @@ def calibrate_bias(
         "cut_percent": cut_percent,
         "target_terms": target_terms,
         "delta": delta,
+        "sampling": sampling,
         "before": activity(logits, 0.0, query_logits),
         "after": activity(logits, threshold, query_logits),
         "seconds": {"encode": round(encoded - started, 2), "total": round(time.perf_counter() - started, 2)},
@@ -241,6 +282,7 @@ def run_calibration(
     batch_size: int = 32,
     seed: int = 0,
     model_dir: str | Path | None = None,
+    preset: str = "vtrepro",
 ) -> dict[str, Any]:
     """Calibrate ``model`` on a corpus and save the shifted checkpoint with its report to ``out``."""
     from vtrepro.model.splade import SpladeEncoder
@@ -252,10 +294,12 @@ def run_calibration(
     if cut_percent is None and target_terms is None:
         cut_percent = DEFAULT_CUT_PERCENT
     check_out(out)
-    texts = list(itertools.islice(dataset_or_file_texts(str(corpus) if corpus is not None else str(dataset), data_dir), docs))
+    source = str(corpus) if corpus is not None else str(dataset)
+    texts = list(itertools.islice(dataset_or_file_texts(source, data_dir, titles=preset != "authors"), docs))
     query_texts = list(corpus_texts(queries)) if queries else None
     encoder = SpladeEncoder(model, model_dir=model_dir, max_length_doc=max_length, batch_size=batch_size)
-    delta, report = calibrate_bias(encoder, texts, cut_percent, target_terms, query_texts, max_sample, seed)
+    delta, report = calibrate_bias(encoder, texts, cut_percent, target_terms, query_texts, max_sample, seed,
+                                   preset=preset)
     report = {"model": str(model), "dataset": dataset, "corpus": None if corpus is None else str(corpus),
               "max_length": max_length, "seed": seed, **report}
     shift_bias(encoder.model, delta)
@@ -266,7 +310,7 @@ def run_calibration(
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("calibrate", __doc__)
     add_checkpoint_arguments(parser, "SPLADE / masked-LM checkpoint", "the calibration documents (e.g. scifact)")
-    add_options(parser, CALIBRATE_OPTIONS, ["docs"])
+    add_options(parser, CALIBRATE_OPTIONS, ["preset", "docs"])
     add_options(parser.add_mutually_exclusive_group(), CALIBRATE_OPTIONS, ["cut_percent", "target_terms"])
     add_options(parser, CALIBRATE_OPTIONS, ["max_length", "max_sample", "batch_size", "seed"])
     parser.add_argument("--queries", type=Path, default=None, help="queries JSONL ('text') for query-side FLOPS")
