@@ -97,6 +97,24 @@ def test_shipped_recipes_validate() -> None:
     assert [stage.options["preset"] for stage in own.stages] == ["vtrepro"] * 3 and own.loss["lambda_q"] == 0.5
 
 
+@pytest.mark.parametrize("recipe", sorted(path.stem for path in RECIPES.glob("*.yaml")))
+def test_every_shipped_recipe_dry_runs_with_its_cost(recipe: str, models_dir: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["--config", recipe, "--dry-run", "--model-dir", str(models_dir)]) == 0
+    plan = capsys.readouterr().out
+    assert "GPU-" in plan and "cost: unknown" not in plan, plan[-400:]
+
+
+def test_paper_conditions_share_the_authors_training_values() -> None:
+    paper = load_recipe("modernbert_vt")
+    for name in ("bert_base_splade", "modernbert_native", "roberta_base_native", "roberta_base_vt", "roberta_large_native",
+                 "roberta_large_vt", "modernbert_vt_idf"):
+        recipe = load_recipe(name)
+        assert (recipe.data, recipe.training) == (paper.data, paper.training), name
+        assert recipe.stages in ((), paper.stages), name
+    assert load_recipe("modernbert_vt_idf").loss == {**paper.loss, "lambda_q": 0.0}
+
+
 def test_paper_recipe_dry_run_prints_plan_and_cost(capsys, monkeypatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert main(["--config", str(RECIPES / "modernbert_vt.yaml"), "--dry-run"]) == 0

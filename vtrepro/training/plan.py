@@ -18,8 +18,15 @@ from vtrepro.training.stages import STAGE_OPTIONS, Stage
 DEFAULT_GPU_TFLOPS = 150.0
 # Offline stand-ins for the cost estimate of Hub models that are not local: transformers' default
 # configs of these model types are documented as those checkpoints' architectures.
-KNOWN_ARCHITECTURES = {"answerdotai/ModernBERT-base": "modernbert", "bert-base-uncased": "bert",
-                       "google-bert/bert-base-uncased": "bert"}
+_ROBERTA = {"vocab_size": 50265, "max_position_embeddings": 514, "type_vocab_size": 1}
+KNOWN_ARCHITECTURES: dict[str, tuple[str, dict[str, int]]] = {
+    "answerdotai/ModernBERT-base": ("modernbert", {}), "bert-base-uncased": ("bert", {}),
+    "google-bert/bert-base-uncased": ("bert", {}), "FacebookAI/roberta-base": ("roberta", _ROBERTA),
+    "FacebookAI/roberta-large": ("roberta", {**_ROBERTA, "hidden_size": 1024, "num_hidden_layers": 24,
+                                             "num_attention_heads": 16, "intermediate_size": 4096}),
+}
+"""Hub models whose shape the cost estimate knows offline: transformers' default config of the model type
+with the published config.json's sizes."""
 
 
 def _architecture(name: str, model_dir) -> Any | None:
@@ -33,7 +40,8 @@ def _architecture(name: str, model_dir) -> Any | None:
         except (OSError, ValueError):
             return None
     if name in KNOWN_ARCHITECTURES:
-        return AutoConfig.for_model(KNOWN_ARCHITECTURES[name])
+        model_type, sizes = KNOWN_ARCHITECTURES[name]
+        return AutoConfig.for_model(model_type, **sizes)
     return None
 
 
