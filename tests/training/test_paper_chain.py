@@ -12,9 +12,8 @@ import torch
 from transformers import AutoTokenizer, ModernBertConfig, ModernBertForMaskedLM
 
 from vtrepro.core.checkpoints import save_checkpoint
-from vtrepro.model.loading import load_masked_lm
 from vtrepro.regress.runner import main as regress
-from vtrepro.vocabulary.transfer import transfer_vocabulary
+from vtrepro.vocabulary.gpt2 import write_round_trip_source
 
 pytestmark = pytest.mark.slow
 
@@ -46,17 +45,15 @@ conditions:
 
 
 def bpe_source(kind: str, gpt2_bpe: Path, splade_tiny: Path, folder: Path) -> Path:
-    """A masked LM on GPT-2's cased byte-level BPE vocabulary."""
+    """A masked LM on GPT-2's cased byte-level BPE vocabulary: splade-tiny's real weights moved onto it, or a
+    random-weight ModernBERT."""
+    if kind == "splade-tiny-bpe":
+        return write_round_trip_source(splade_tiny, folder)
     bpe = AutoTokenizer.from_pretrained(gpt2_bpe)
-    if kind == "splade-tiny-bpe":  # real weights: splade-tiny's rows moved onto the BPE vocabulary
-        model, tokenizer = load_masked_lm(splade_tiny)
-        model, _ = transfer_vocabulary(model, tokenizer, bpe, None, init="subword-mean")
-    else:
-        torch.manual_seed(0)
-        model = ModernBertForMaskedLM(ModernBertConfig(
-            vocab_size=len(bpe), hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=96,
-            max_position_embeddings=512, pad_token_id=1, bos_token_id=0, eos_token_id=2, cls_token_id=0,
-            sep_token_id=2))
+    torch.manual_seed(0)
+    model = ModernBertForMaskedLM(ModernBertConfig(
+        vocab_size=len(bpe), hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=96,
+        max_position_embeddings=512, pad_token_id=1, bos_token_id=0, eos_token_id=2, cls_token_id=0, sep_token_id=2))
     save_checkpoint(folder, model, bpe)
     return folder
 

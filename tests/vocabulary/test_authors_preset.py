@@ -13,9 +13,9 @@ from deepfocus.focus import get_overlapping_tokens
 from transformers import AutoModelForMaskedLM, AutoTokenizer, ModernBertConfig, ModernBertForMaskedLM
 
 from vtrepro.core.checkpoints import save_checkpoint
-from vtrepro.model.loading import load_masked_lm
+from vtrepro.vocabulary.gpt2 import write_round_trip_source
 from vtrepro.vocabulary.presets import AUTHORS_CONFIG_TOKENS
-from vtrepro.vocabulary.transfer import REPORT_NAME, main, transfer_vocabulary
+from vtrepro.vocabulary.transfer import REPORT_NAME, main
 
 TOLERANCE = 1e-5
 
@@ -25,10 +25,8 @@ def bpe_sources(gpt2_bpe: Path, splade_tiny: Path, tmp_path_factory) -> dict[str
     """Masked LMs on the cased GPT-2 BPE vocabulary: splade-tiny's weights moved onto it (subword-mean rows),
     an untied copy of it, and a random-weight ModernBERT."""
     bpe = AutoTokenizer.from_pretrained(gpt2_bpe)
-    model, tokenizer = load_masked_lm(splade_tiny)
-    tied, _ = transfer_vocabulary(model, tokenizer, bpe, None, init="subword-mean")
     folders = {name: tmp_path_factory.mktemp(name) for name in ("tied", "untied", "modernbert")}
-    save_checkpoint(folders["tied"], tied, bpe)
+    write_round_trip_source(splade_tiny, folders["tied"])
     untied = AutoModelForMaskedLM.from_pretrained(folders["tied"], tie_word_embeddings=False)
     with torch.no_grad():
         untied.get_output_embeddings().weight.mul_(1.5)

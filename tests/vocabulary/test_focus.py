@@ -7,8 +7,8 @@ import pytest
 from deepfocus.focus import get_overlapping_tokens
 from transformers import AutoTokenizer
 
-from conftest import GPT2_BPE_SIZE
 from vtrepro.vocabulary.focus import focus_match
+from vtrepro.vocabulary.gpt2 import GPT2_BPE_SIZE
 from vtrepro.vocabulary.matching import match_vocabularies
 
 

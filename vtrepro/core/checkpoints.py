@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+from vtrepro.core.cli import quiet_transformers
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import write_json
 
@@ -41,7 +42,8 @@ def save_checkpoint(out: str | Path, model: Any, tokenizer: Any, reports: dict[s
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        model.save_pretrained(staging)
+        with quiet_transformers():
+            model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         if extra is not None:
             extra(staging)

@@ -9,12 +9,13 @@ and a hint to rerun with ``--debug`` for the traceback. ``--verbose`` lets third
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import functools
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from vtrepro.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, VtreproError
 from vtrepro.core.schema import REQUIRED, Field, bounds_text, within
@@ -37,6 +38,32 @@ _OS_FIXES = {
 def verbose() -> bool:
     """Whether third-party logs and progress bars should be shown (``--verbose``)."""
     return os.environ.get(VERBOSE_ENV) == "1"
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence transformers' logs and progress bars and huggingface_hub's bars, unless ``--verbose``."""
+    if verbose():
+        yield
+        return
+    from huggingface_hub import utils as hub_utils
+    from transformers.utils import logging as transformers_logging
+
+    level = transformers_logging.get_verbosity()
+    bars_enabled = transformers_logging.is_progress_bar_enabled()
+    hub_bars_disabled = hub_utils.are_progress_bars_disabled()
+    transformers_logging.set_verbosity_error()
+    transformers_logging.disable_progress_bar()
+    hub_utils.disable_progress_bars()
+    try:
+        yield
+    finally:
+        transformers_logging.set_verbosity(level)
+        if bars_enabled:
+            transformers_logging.enable_progress_bar()
+        if not hub_bars_disabled:
+            hub_utils.enable_progress_bars()
+
 
 
 def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:

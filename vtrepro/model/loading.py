@@ -7,7 +7,6 @@ Commands call it before any work; :func:`load_masked_lm` calls it again and load
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib
 import json
@@ -16,9 +15,9 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
-from vtrepro.core.cli import verbose
+from vtrepro.core.cli import quiet_transformers
 from vtrepro.core.errors import VtreproError
 
 # torch, transformers, safetensors and huggingface_hub are imported where a model is loaded or the Hub is
@@ -149,31 +148,6 @@ def _answers(endpoint: str, timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
     except Exception:  # noqa: BLE001 - any failure to get an answer means unreachable
         return False
     return True
-
-
-@contextlib.contextmanager
-def quiet_transformers() -> Iterator[None]:
-    """Silence transformers' logs and progress bars and huggingface_hub's bars, unless ``--verbose``."""
-    if verbose():
-        yield
-        return
-    from huggingface_hub import utils as hub_utils
-    from transformers.utils import logging as transformers_logging
-
-    level = transformers_logging.get_verbosity()
-    bars_enabled = transformers_logging.is_progress_bar_enabled()
-    hub_bars_disabled = hub_utils.are_progress_bars_disabled()
-    transformers_logging.set_verbosity_error()
-    transformers_logging.disable_progress_bar()
-    hub_utils.disable_progress_bars()
-    try:
-        yield
-    finally:
-        transformers_logging.set_verbosity(level)
-        if bars_enabled:
-            transformers_logging.enable_progress_bar()
-        if not hub_bars_disabled:
-            hub_utils.enable_progress_bars()
 
 
 def check_model_folder(folder: Path) -> None:

@@ -105,7 +105,9 @@ def _describe_stage(stage: Stage) -> str:
     if stage.name == "transfer":
         leaveout = options["leaveout"]
         held_out = f" after leaving out {leaveout['fraction']:.0%} of its tokens" if leaveout else ""
-        return f", transferred ({options['init']}){held_out}"
+        overrides = "".join(f", {name} {options[name]}" for name in ("matching", "keep_norm", "bias_statistics",
+                                                                   "target_norm") if options[name] is not None)
+        return f", transferred ({options['preset']} preset, {options['init']}{overrides}){held_out}"
     return f", calibrated on {options['dataset'] or options['corpus']}"
 
 

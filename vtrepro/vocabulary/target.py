@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vtrepro.core.cli import quiet_transformers
 from vtrepro.core.errors import VtreproError
 from vtrepro.model.loading import resolve_model
 from vtrepro.vocabulary.matching import SPECIAL_NAMES, fast_backend
@@ -69,7 +70,8 @@ def load_reference(
         config = AutoConfig.from_pretrained(path)
         masked = any(name.endswith("ForMaskedLM") for name in config.architectures or [])
         loader = AutoModelForMaskedLM if masked else AutoModel
-        model, info = loader.from_pretrained(path, dtype=torch.float32, output_loading_info=True)
+        with quiet_transformers():
+            model, info = loader.from_pretrained(path, dtype=torch.float32, output_loading_info=True)
     except (OSError, ValueError, KeyError, ImportError) as error:
         reason = " ".join(str(error).split())[:300]
         raise VtreproError(f"reference {name_or_path}: cannot load {path} ({reason}); pass a model folder that uses "
