@@ -19,15 +19,17 @@ pytestmark = pytest.mark.slow
 
 # The authors' recipe (regressions/recipes/modernbert_vt.yaml) with its sizes scaled down: the same
 # presets and choices, MLM on SciFact text instead of WikiBook, APC on SciFact instead of MS MARCO,
-# and InfoNCE on NFCorpus train (there are no cross-encoder teacher scores here for MarginMSE) with
-# the authors' FLOPS shape (lambda_q = 2 lambda_d, warm-up).
+# InfoNCE on NFCorpus train (there are no cross-encoder teacher scores here for MarginMSE) with the
+# authors' FLOPS shape (lambda_q = 2 lambda_d, warm-up), and an APC cut of 99 instead of 60: eight
+# training steps cannot sparsify a model the way 150,000 FLOPS-regularized ones do, and at cut 60 every
+# document keeps about 12,000 of 30,522 terms, which makes the index and the search the slowest part.
 RECIPE = """description: micro paper chain ({name})
 model: {source}
 stages:
   - transfer: {{preset: authors, target_tokenizer: {target}, reference: {target}, init: topology}}
   - mlm: {{preset: authors, dataset: scifact, steps: 6, max_length: 128, mask_rate: 0.3, batch_size: 8,
            lr: 3.0e-4, warmup_steps: 2, schedule: cosine}}
-  - calibrate: {{preset: authors, dataset: scifact, docs: 128, max_length: 256, cut_percent: 60}}
+  - calibrate: {{preset: authors, dataset: scifact, docs: 128, max_length: 256, cut_percent: 99}}
 data: {{format: beir, dataset: nfcorpus, split: train, mining: bm25, depth: 20, negatives: 1}}
 loss: {{ranking: infonce, in_batch_negatives: false, lambda_q: 0.002, lambda_d: 0.001, flops_warmup_steps: 4}}
 training: {{steps: 8, batch_size: 8, lr: 2.0e-5, lr_warmup_steps: 2, max_length_query: 32, max_length_doc: 128,
@@ -38,7 +40,7 @@ defaults: {{metrics: [ndcg@10, recall@100]}}
 conditions:
   {name}:
     train: {recipe}
-    encoder: {{max_length_doc: 128, max_length_query: 32}}
+    encoder: {{max_length_doc: 64, max_length_query: 32}}
     datasets:
       nfcorpus:
 """
@@ -65,8 +67,8 @@ def test_micro_paper_chain(kind: str, gpt2_bpe: Path, splade_tiny: Path, data_di
     recipe.write_text(RECIPE.format(name=kind, source=source, target=splade_tiny))
     spec = tmp_path / "micro.yaml"
     spec.write_text(SPEC.format(name=kind, recipe=recipe))
-    code = regress(["--spec", str(spec), "--data-dir", str(data_dir), "--output", str(tmp_path / "runs")])
-    assert code == 0
+    code = regress(["--spec", str(spec), "--data-dir", str(data_dir), "--output", str(tmp_path / "runs"), "--record"])
+    assert code == 0 and "ndcg@10:" in spec.read_text()  # every figure ran and was recorded into the spec
 
     run = tmp_path / "runs" / "train" / "chain"
     transfer = json.loads((run / "01-transfer" / "transfer_report.json").read_text())
@@ -81,5 +83,5 @@ def test_micro_paper_chain(kind: str, gpt2_bpe: Path, splade_tiny: Path, data_di
     rows = json.loads((tmp_path / "runs" / "micro" / "results.json").read_text())["rows"]
     scores = {row["metric"]: row["observed"] for row in rows if row["condition"] == kind}
     assert set(scores) >= {"ndcg@10", "recall@100"} and all(0 <= value <= 1 for value in scores.values())
-    if kind == "splade-tiny-bpe":  # real weights carried through the whole chain still retrieve
-        assert scores["recall@100"] > 0.05, scores
+    if kind == "splade-tiny-bpe":  # real weights carried through the whole chain retrieve above chance
+        assert scores["recall@100"] > 0.05, scores  # a random ranking: about 0.03

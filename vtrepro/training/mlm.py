@@ -30,6 +30,7 @@ from vtrepro.core.cli import (
     command_parser,
     options_from,
     positive_int,
+    quiet_transformers,
 )
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.progress import Progress
@@ -114,7 +115,9 @@ def group_texts(tokenizer: Any, texts: Sequence[str], block_size: int) -> Tensor
 
     blocks: list[list[int]] = []
     for start in range(0, len(texts), GROUP_TEXTS):
-        ids = [index for row in tokenizer(list(texts[start:start + GROUP_TEXTS]))["input_ids"] for index in row]
+        with quiet_transformers():  # texts longer than the model's maximum are expected here: they are cut below
+            rows = tokenizer(list(texts[start:start + GROUP_TEXTS]))["input_ids"]
+        ids = [index for row in rows for index in row]
         blocks += [ids[offset:offset + block_size] for offset in range(0, len(ids) - block_size + 1, block_size)]
     if not blocks:
         raise VtreproError(f"the texts hold fewer than {block_size} tokens: no block to train on")
