@@ -84,4 +84,4 @@ def test_micro_paper_chain(kind: str, gpt2_bpe: Path, splade_tiny: Path, data_di
     scores = {row["metric"]: row["observed"] for row in rows if row["condition"] == kind}
     assert set(scores) >= {"ndcg@10", "recall@100"} and all(0 <= value <= 1 for value in scores.values())
     if kind == "splade-tiny-bpe":  # real weights carried through the whole chain retrieve above chance
-        assert scores["recall@100"] > 0.05, scores  # a random ranking: about 0.03
+        assert scores["recall@100"] > 0.1, scores  # a random ranking: about 0.03; 0.2186 measured here
