@@ -112,11 +112,6 @@ class Field:
         return f"{_KIND_NAMES[self.kind]}{f' {bounds}' if bounds else ''}"
 
 
-def defaults(schema: dict[str, Field]) -> dict[str, Any]:
-    """Every optional key of ``schema`` with its default."""
-    return {name: field.default for name, field in schema.items() if field.default is not REQUIRED}
-
-
 class Checker:
     """Validates YAML nodes against schemas; every problem names the file, the line and the key.
 
