@@ -114,8 +114,8 @@ def test_transfer_and_calibrate_blocks(tmp_path):
         "init": "topology", "temperature": 0.5, "similarity": "cosine", "preset": "vtrepro", "matching": None,
         "keep_norm": None, "bias_statistics": None, "target_norm": None, "seed": 0, "leaveout": {"fraction": 0.1, "seed": 0}}
     assert calibrate.name == "calibrate" and calibrate.options == {
-        "dataset": "scifact", "corpus": None, "docs": 500, "cut_percent": None, "target_terms": 286.0,
-        "max_length": 512, "max_sample": 10_000, "batch_size": 32, "seed": 0}
+        "preset": "vtrepro", "dataset": "scifact", "corpus": None, "docs": 500, "cut_percent": None,
+        "target_terms": 286.0, "max_length": 512, "max_sample": 10_000, "batch_size": 32, "seed": 0}
     broken = TRANSFER.replace("target_terms: 286", "target_terms: 286, cut_percent: 60")
     with pytest.raises(VtreproError, match=r"spec\.yaml:9: .*not both"):
         load_spec(write(tmp_path, broken))
