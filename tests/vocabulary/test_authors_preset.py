@@ -17,6 +17,8 @@ from vtrepro.vocabulary.gpt2 import write_round_trip_source
 from vtrepro.vocabulary.presets import AUTHORS_CONFIG_TOKENS
 from vtrepro.vocabulary.transfer import REPORT_NAME, main
 
+pytestmark = pytest.mark.slow  # three real transfers of a 50k-token vocabulary, about 25 s each
+
 TOLERANCE = 1e-5
 
 
