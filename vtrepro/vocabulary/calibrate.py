@@ -167,8 +167,9 @@ def activity(logits: Tensor, threshold: float, query_logits: Tensor | None = Non
 
 
 def sampled_percentile(encoder: SpladeEncoder, texts: Sequence[str], cut_percent: float, group_docs: int,
-                        per_group: int, max_samples: int, seed: int) -> tuple[float, int]:
-    """The released probe's estimate of the ``cut_percent`` percentile and the documents it read.
+                        per_group: int, max_samples: int, seed: int) -> tuple[float, Tensor]:
+    """The released probe's estimate of the ``cut_percent`` percentile, and the float16 max-pooled logits
+    over the non-special vocabulary of the documents it read (for the before/after report).
 
     Per group of ``group_docs`` documents in corpus order, ``per_group`` values are drawn with
     replacement from all their max-pooled logits (every vocabulary id, special tokens, zeros and
@@ -178,15 +179,19 @@ def sampled_percentile(encoder: SpladeEncoder, texts: Sequence[str], cut_percent
     import torch
 
     generator = torch.Generator().manual_seed(seed)
+    columns = term_ids(encoder)
     samples: list[Tensor] = []
+    read: list[Tensor] = []
     kept, start = 0, 0
     while kept < max_samples and start < len(texts):
-        values = encoder.max_logits(list(texts[start:start + group_docs])).flatten()
+        logits = encoder.max_logits(list(texts[start:start + group_docs]))
+        values = logits.flatten()
         drawn = values[torch.randint(0, values.numel(), (min(per_group, values.numel()),), generator=generator)]
         samples.append(drawn[:max_samples - kept])
+        read.append(logits[:, columns].to(torch.float16))
         kept += len(samples[-1])
         start += group_docs
-    return float(np.percentile(torch.cat(samples).double().numpy(), cut_percent)), min(start, len(texts))
+    return float(np.percentile(torch.cat(samples).double().numpy(), cut_percent)), torch.cat(read)
 
 
 def calibrate_bias(
@@ -228,12 +233,12 @@ def calibrate_bias(
     encoder = encoder_or_model if isinstance(encoder_or_model, SpladeEncoder) else SpladeEncoder(
         encoder_or_model, max_length_doc=max_length)
     cut = cast(float, cut_percent)  # the cut when target_terms is None (exactly one is given, checked above)
-    if preset == "authors":
-        threshold, read = sampled_percentile(encoder, texts, cut, **AUTHORS_SAMPLING)
-        sample, sampling = list(texts[:read]), {"preset": preset, **AUTHORS_SAMPLING, "documents_read": read}
+    if preset == "authors":  # the logits the sampling read serve the report too: each document is encoded once
+        threshold, logits = sampled_percentile(encoder, texts, cut, **AUTHORS_SAMPLING)
+        sampling = {"preset": preset, **AUTHORS_SAMPLING, "documents_read": len(logits)}
     else:
-        sample, sampling = sample_texts(texts, max_sample, seed), {"preset": preset, "max_sample": max_sample, "seed": seed}
-    logits = pooled_logits(encoder, sample)
+        sampling = {"preset": preset, "max_sample": max_sample, "seed": seed}
+        logits = pooled_logits(encoder, sample_texts(texts, max_sample, seed))
     query_logits = pooled_logits(encoder, list(query_texts), "query") if query_texts else None
     encoded = time.perf_counter()
     if preset != "authors":
@@ -241,7 +246,7 @@ def calibrate_bias(
     delta = -threshold
     report = {
         "documents": len(texts),
-        "sample_documents": len(sample),
+        "sample_documents": len(logits),
         "queries": len(query_texts) if query_texts else 0,
         "terms": logits.shape[1],
         "cut_percent": cut_percent,
