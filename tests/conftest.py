@@ -120,3 +120,22 @@ def impact_index(tmp_path_factory):
     index = folder.parent / "impact-index"
     stats = build_impact_index(folder, index)
     return index, stats
+
+
+@pytest.fixture(scope="session")
+def _chromium():
+    """One headless Chromium per test session (``tests/browser.py``); skips when Chromium is absent
+    (``.ci/run`` installs it; playwright is a test dependency, so its absence fails)."""
+    from browser import INSTALL_HINT, Browser, find_chromium
+
+    executable = find_chromium()
+    if executable is None:
+        pytest.skip(f"Chromium not found: {INSTALL_HINT}")
+    with Browser(executable) as browser:
+        yield browser
+
+
+@pytest.fixture
+def browser_render(_chromium):
+    """``render(html, screenshot) -> browser.Rendering`` in the session's headless Chromium."""
+    return _chromium.render
