@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,7 @@ def test_command_line_saves_the_shifted_checkpoint(
     out = tmp_path / "calibrated"
     args = ["--model", str(splade_tiny), "--corpus", str(corpus), "--docs", "30", "--max-length", "64"]
     assert main([*args, "--target-terms", "40", "--out", str(out)]) == 0
+    assert re.search(r"^encode documents: 30 doc in [\d.]+ s \([\d.]+ doc/s\)$", capsys.readouterr().err, re.MULTILINE)
     report = json.loads((out / REPORT_NAME).read_text())
     assert report["documents"] == report["sample_documents"] == 30
     assert report["after"]["active_mean"] == pytest.approx(40, abs=1)

@@ -1,8 +1,9 @@
-"""Vocabulary transfer on real models: identity, canonical overlap, sparsemax, architectures, leave-out."""
+"""Vocabulary transfer on real models: identity, canonical overlap, sparsemax, architectures, leave-out, progress."""
 from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -334,3 +335,20 @@ def test_leaveout_command_line_rejects_a_bad_fraction(splade_tiny: Path, tmp_pat
     assert exited.value.code == 2
     assert "argument --leaveout: expected a number in (0, 1)" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------- progress
+
+
+def test_command_line_logs_one_line_per_step_with_its_rate(splade_tiny: Path, tmp_path: Path, capfd) -> None:
+    """Not on a terminal, every step prints one summary line with its count and rate; nothing else reaches
+    stderr but the closing line (no bar, no third-party log)."""
+    out = tmp_path / "out"
+    assert main(["--source", str(splade_tiny), "--target-tokenizer", str(splade_tiny), "--leaveout", "0.1",
+                 "--similarity", "pmi", "--out", str(out)]) == 0
+    lines = capfd.readouterr().err.splitlines()
+    new = json.loads((out / REPORT_NAME).read_text())["counts"]["new"]
+    steps = [("match vocabularies", 30522), ("topology prior (pmi)", new), ("topology weights", new)]
+    assert len(lines) == len(steps) + 1 and lines[-1].startswith(f"{out}: "), lines
+    for line, (step, count) in zip(lines, steps):
+        assert re.fullmatch(rf"{re.escape(step)}: {count} token in [\d.]+ s \([\d.]+ token/s\)", line), line

@@ -26,6 +26,7 @@ from vtrepro.core.cli import (
     options_from,
 )
 from vtrepro.core.errors import VtreproError
+from vtrepro.core.progress import Progress
 from vtrepro.core.schema import Field
 from vtrepro.data.texts import corpus_texts, dataset_or_file_texts
 
@@ -94,9 +95,11 @@ def pooled_logits(encoder: SpladeEncoder, texts: Sequence[str], kind: Kind = "do
 
     columns = term_ids(encoder)
     pooled = torch.empty(len(texts), len(columns), dtype=torch.float16)
-    for start in range(0, len(texts), ENCODE_BATCH):
-        batch = list(texts[start:start + ENCODE_BATCH])
-        pooled[start:start + len(batch)] = encoder.max_logits(batch, kind)[:, columns].to(torch.float16)
+    with Progress(len(texts), "encode documents" if kind == "doc" else "encode queries", kind) as progress:
+        for start in range(0, len(texts), ENCODE_BATCH):
+            batch = list(texts[start:start + ENCODE_BATCH])
+            pooled[start:start + len(batch)] = encoder.max_logits(batch, kind)[:, columns].to(torch.float16)
+            progress.update(len(batch))
     return pooled
 
 
@@ -183,14 +186,18 @@ def sampled_percentile(encoder: SpladeEncoder, texts: Sequence[str], cut_percent
     samples: list[Tensor] = []
     read: list[Tensor] = []
     kept, start = 0, 0
-    while kept < max_samples and start < len(texts):
-        logits = encoder.max_logits(list(texts[start:start + group_docs]))
-        values = logits.flatten()
-        drawn = values[torch.randint(0, values.numel(), (min(per_group, values.numel()),), generator=generator)]
-        samples.append(drawn[:max_samples - kept])
-        read.append(logits[:, columns].to(torch.float16))
-        kept += len(samples[-1])
-        start += group_docs
+    # The documents it reads: each group yields per_group values (its logits hold far more, any real vocabulary).
+    expected = min(len(texts), group_docs * -(-max_samples // per_group))
+    with Progress(expected, "encode documents", "doc") as progress:
+        while kept < max_samples and start < len(texts):
+            logits = encoder.max_logits(list(texts[start:start + group_docs]))
+            values = logits.flatten()
+            drawn = values[torch.randint(0, values.numel(), (min(per_group, values.numel()),), generator=generator)]
+            samples.append(drawn[:max_samples - kept])
+            read.append(logits[:, columns].to(torch.float16))
+            kept += len(samples[-1])
+            start += group_docs
+            progress.update(len(logits))
     return float(np.percentile(torch.cat(samples).double().numpy(), cut_percent)), torch.cat(read)
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from vtrepro.core.progress import Progress
+
 # torch is imported inside the functions, so importing this module stays fast (see transfer.py).
 if TYPE_CHECKING:
     from torch import Tensor
@@ -89,17 +91,21 @@ def topology_weights(
     log_prior = None
     if similarity == "pmi":
         prior = torch.zeros(len(overlap))
-        for chunk in chunks:
-            prior += _scores(unit[chunk], keys, temperature, "cosine", None).softmax(-1).sum(0)
+        with Progress(len(new), "topology prior (pmi)", "token") as progress:
+            for chunk in chunks:
+                prior += _scores(unit[chunk], keys, temperature, "cosine", None).softmax(-1).sum(0)
+                progress.update(len(chunk))
         log_prior = (prior / len(new)).log()
     rows, columns, values = [], [], []
     offset = 0
-    for chunk in chunks:
-        row, column, value = sparse_sparsemax(_scores(unit[chunk], keys, temperature, similarity, log_prior))
-        rows.append(row + offset)
-        columns.append(column)
-        values.append(value)
-        offset += len(chunk)
+    with Progress(len(new), "topology weights", "token") as progress:
+        for chunk in chunks:
+            row, column, value = sparse_sparsemax(_scores(unit[chunk], keys, temperature, similarity, log_prior))
+            rows.append(row + offset)
+            columns.append(column)
+            values.append(value)
+            offset += len(chunk)
+            progress.update(len(chunk))
     indices = torch.stack([torch.cat(rows), torch.cat(columns)]) if rows else torch.zeros(2, 0, dtype=torch.long)
     data = torch.cat(values) if values else torch.zeros(0)
     return torch.sparse_coo_tensor(indices, data, (len(new), len(overlap)), check_invariants=False)

@@ -37,6 +37,7 @@ from vtrepro.core.cli import (
     positive_int,
 )
 from vtrepro.core.errors import VtreproError
+from vtrepro.core.progress import Progress
 from vtrepro.core.schema import Field
 from vtrepro.model.loading import load_masked_lm, resolve_model
 from vtrepro.vocabulary.focus import focus_match
@@ -159,10 +160,12 @@ def transfer_vocabulary(
         raise VtreproError(
             f"reference has {reference_embeddings.shape[0]} embedding rows but the target vocabulary has {size} tokens"
         )
-    if choices.matching == "focus":
-        match = focus_match(source_tokenizer, target_tokenizer)
-    else:
-        match = match_vocabularies(source_tokenizer, target_tokenizer)
+    with Progress(size, "match vocabularies", "token") as progress:  # about a second: moves once, at the end
+        if choices.matching == "focus":
+            match = focus_match(source_tokenizer, target_tokenizer)
+        else:
+            match = match_vocabularies(source_tokenizer, target_tokenizer)
+        progress.update(size)
     overlap, new = match.overlap, match.new
     if not overlap:
         raise VtreproError("no target token matches a source token; check --source and --target-tokenizer")
