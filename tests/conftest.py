@@ -123,6 +123,31 @@ def impact_index(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def splade_tiny_run(tmp_path_factory, data_dir, models_dir):
+    """One regression run of beir_splade_tiny per test session (encoding is the expensive part):
+    ``(args, results folder, exit code)``."""
+    from vtrepro.regress.runner import main as regress
+    from vtrepro.regress.spec import REGRESSIONS_DIR
+
+    output = tmp_path_factory.mktemp("runs")
+    args = ["--spec", str(REGRESSIONS_DIR / "beir_splade_tiny.yaml"), "--data-dir", str(data_dir),
+            "--model-dir", str(models_dir), "--output", str(output)]
+    return args, output / "beir_splade_tiny", regress(args)
+
+
+@pytest.fixture(scope="session")
+def bm25_flat_run(tmp_path_factory, data_dir):
+    """One regression run of beir_bm25_flat per test session: ``(results folder, exit code)``."""
+    from vtrepro.regress.runner import main as regress
+    from vtrepro.regress.spec import REGRESSIONS_DIR
+
+    output = tmp_path_factory.mktemp("runs")
+    code = regress(["--spec", str(REGRESSIONS_DIR / "beir_bm25_flat.yaml"), "--data-dir", str(data_dir),
+                    "--output", str(output)])
+    return output / "beir_bm25_flat", code
+
+
+@pytest.fixture(scope="session")
 def _chromium():
     """One headless Chromium per test session (``tests/browser.py``); skips when Chromium is absent
     (``.ci/run`` installs it; playwright is a test dependency, so its absence fails)."""

@@ -18,6 +18,7 @@ search       search.lucene         batch impact search into a TREC run
 evaluate     evaluate.trec         score a run with pytrec_eval; compare two runs
 regress      regress.runner        run a regression spec and check every figure
 export       regress.export        bundle a spec's encoded vectors with their fingerprints
+report       report.command        compare results with each other and with published tables
 mlm          training.mlm          masked-language-model adaptation
 train        training.train        train a SPLADE model from a recipe
 bench        bench                 benchmarks (encoding throughput)

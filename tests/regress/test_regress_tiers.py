@@ -46,7 +46,9 @@ def edited(spec, tmp_path, change, name="mini_spec.yaml"):
 
 
 def rows_of(runs, spec_name="mini_spec"):
-    return {row["metric"]: row for row in json.loads((runs / spec_name / "results.json").read_text())["rows"]}
+    """The judged rows of a run by metric (efficiency figures are recorded, never judged)."""
+    rows = json.loads((runs / spec_name / "results.json").read_text())["rows"]
+    return {row["metric"]: row for row in rows if row["kind"] != "efficiency"}
 
 
 def run(spec, data, output, *extra):

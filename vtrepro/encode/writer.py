@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -32,6 +33,9 @@ from vtrepro.model.loading import find_model
 # argument errors and readers of encoded vectors stay fast.
 
 MANIFEST_NAME = "manifest.json"
+TIMINGS_NAME = "timings.json"
+"""Beside the manifest: the device and the seconds each shard took to encode. Kept apart, so the
+manifest depends on the inputs alone."""
 VECTORS_DIRNAME = "vectors"
 QUERIES_NAME = "queries.jsonl"
 MANIFEST_FORMAT = "vtrepro.encoded-corpus/1"
@@ -200,14 +204,27 @@ def encode_corpus(
     resume_at = min(len(shards) * shard_size, len(documents))
     if resume_at < len(documents):
         resume_at -= resume_at % encoder.sort_window  # the window holding it is encoded whole again
+    timings = _shard_timings(out_dir, shards, str(next(encoder.model.parameters()).device))
     with _stage_progress(show_progress, len(documents), "encode documents", "doc", resume_at) as progress:
         windows = _AlignedWindows(encoder, documents, progress)
         for index in range(len(shards), len(expected_files)):
             start, stop = index * shard_size, min((index + 1) * shard_size, len(documents))
             path = vectors_dir / expected_files[index]
+            began = time.perf_counter()
             shards.append(_write_shard(documents[start:stop], windows.vectors(start, stop), terms, quantization, path))
+            timings["seconds"][expected_files[index]] = round(time.perf_counter() - began, 3)
+            write_json(out_dir / TIMINGS_NAME, timings)
             _write_manifest(out_dir, model_name, settings, shards)
     return _write_manifest(out_dir, model_name, settings, shards, fingerprint_folder(vectors_dir))
+
+
+def _shard_timings(out_dir: Path, finished: list[dict], device: str) -> dict[str, Any]:
+    """The timings of the shards kept from an earlier run (when encoded on ``device``), to be extended."""
+    path = out_dir / TIMINGS_NAME
+    earlier = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    kept = {Path(shard["file"]).name for shard in finished}
+    seconds = earlier.get("seconds", {}) if earlier.get("device") == device else {}
+    return {"device": device, "seconds": {name: value for name, value in seconds.items() if name in kept}}
 
 
 def _stage_progress(

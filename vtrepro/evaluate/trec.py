@@ -66,12 +66,24 @@ def _check_judged(run: Run, qrels: dict[str, dict[str, int]]) -> None:
         raise VtreproError("the run has no results for any judged query: check that query ids match the qrels")
 
 
+def evaluate_per_query(
+    run: Run, qrels: dict[str, dict[str, int]], metrics: tuple[str, ...] = DEFAULT_METRICS
+) -> dict[str, dict[str, float]]:
+    """Each metric of every judged query (sorted ids; no results = 0)."""
+    _check_judged(run, qrels)
+    return {metric: per_query_scores(run, qrels, metric) for metric in metrics}
+
+
+def mean_scores(per_query: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Each metric's mean over the judged queries, rounded to 4 decimals as trec_eval prints it."""
+    return {metric: round(sum(scores.values()) / len(scores), 4) for metric, scores in per_query.items()}
+
+
 def evaluate_run(
     run: Run, qrels: dict[str, dict[str, int]], metrics: tuple[str, ...] = DEFAULT_METRICS
 ) -> dict[str, float]:
     """Mean of each metric over all judged queries (no results = 0), rounded to 4 decimals."""
-    _check_judged(run, qrels)
-    return {metric: round(sum(per_query_scores(run, qrels, metric).values()) / len(qrels), 4) for metric in metrics}
+    return mean_scores(evaluate_per_query(run, qrels, metrics))
 
 
 def compare_runs(
@@ -82,32 +94,37 @@ def compare_runs(
     samples: int = RANDOMIZATION_SAMPLES,
     seed: int = 0,
 ) -> dict[str, dict[str, float | int]]:
-    """Per metric: both means, their difference, queries won/lost/tied, and two-sided p-values of a
-    paired t-test and of a paired randomization test (``samples`` seeded sign flips) over all judged queries."""
+    """Per metric, :func:`paired_comparison` of ``run`` with ``baseline`` over all judged queries."""
+    ours, theirs = evaluate_per_query(run, qrels, metrics), evaluate_per_query(baseline, qrels, metrics)
+    return {metric: paired_comparison(ours[metric], theirs[metric], samples, seed) for metric in metrics}
+
+
+def paired_comparison(ours: dict[str, float], theirs: dict[str, float], samples: int = RANDOMIZATION_SAMPLES,
+                      seed: int = 0) -> dict[str, float | int]:
+    """Both means over the same queries, their difference, queries won/lost/tied, and two-sided p-values
+    of a paired t-test and of a paired randomization test (``samples`` seeded sign flips)."""
     from scipy.stats import ttest_rel
 
-    _check_judged(run, qrels)
-    _check_judged(baseline, qrels)
-    comparison = {}
-    for metric in metrics:
-        ours = np.array(list(per_query_scores(run, qrels, metric).values()))
-        theirs = np.array(list(per_query_scores(baseline, qrels, metric).values()))
-        difference = ours - theirs
-        observed = abs(difference.mean())
-        if np.all(difference == 0):
-            p_t, p_randomization = 1.0, 1.0
-        else:
-            p_t = float(ttest_rel(ours, theirs).pvalue)
-            signs = np.random.default_rng(seed).choice((-1.0, 1.0), size=(samples, len(difference)))
-            flipped = np.abs((signs * difference).mean(axis=1))
-            p_randomization = float((np.sum(flipped >= observed - 1e-12) + 1) / (samples + 1))
-        comparison[metric] = {
-            "run": round(float(ours.mean()), 4), "baseline": round(float(theirs.mean()), 4),
-            "difference": round(float(difference.mean()), 4),
-            "wins": int(np.sum(difference > 0)), "losses": int(np.sum(difference < 0)), "ties": int(np.sum(difference == 0)),
-            "p_t_test": round(p_t, 4), "p_randomization": round(p_randomization, 4),
-        }
-    return comparison
+    if set(ours) != set(theirs):
+        raise VtreproError(f"the two runs were scored on different queries ({len(ours)} and {len(theirs)}); "
+                           "compare runs of the same dataset and split")
+    first = np.array([ours[qid] for qid in sorted(ours)])
+    second = np.array([theirs[qid] for qid in sorted(ours)])
+    difference = first - second
+    observed = abs(difference.mean())
+    if np.all(difference == 0):
+        p_t, p_randomization = 1.0, 1.0
+    else:
+        p_t = float(ttest_rel(first, second).pvalue)
+        signs = np.random.default_rng(seed).choice((-1.0, 1.0), size=(samples, len(difference)))
+        flipped = np.abs((signs * difference).mean(axis=1))
+        p_randomization = float((np.sum(flipped >= observed - 1e-12) + 1) / (samples + 1))
+    return {
+        "run": round(float(first.mean()), 4), "baseline": round(float(second.mean()), 4),
+        "difference": round(float(difference.mean()), 4),
+        "wins": int(np.sum(difference > 0)), "losses": int(np.sum(difference < 0)), "ties": int(np.sum(difference == 0)),
+        "p_t_test": round(p_t, 4), "p_randomization": round(p_randomization, 4),
+    }
 
 
 @cli_entry

@@ -7,11 +7,14 @@ from vtrepro.encode.fingerprint import (
     VectorDiff,
     VectorSetSummary,
 )
+from vtrepro.regress.efficiency import Efficiency
 from vtrepro.regress.spec import Condition, DatasetRun
+from vtrepro.report.published import beir_average
+from vtrepro.report.results import STATUS_MEASURED
 
 STATUS_OK, STATUS_OKISH, STATUS_FAIL = "OK", "OKISH", "FAIL"
 STATUS_UNPINNED, STATUS_SKIPPED, STATUS_ERROR = "UNPINNED", "SKIPPED", "ERROR"
-TIER_FIXED, TIER_ENCODED, TIER_PUBLISHED = "fixed", "encoded", "published"
+TIER_FIXED, TIER_ENCODED, TIER_PUBLISHED, TIER_MACHINE = "fixed", "encoded", "published", "machine"
 
 
 @dataclass
@@ -19,7 +22,7 @@ class ResultRow:
     condition: str
     dataset: str
     metric: str
-    kind: str  # "vectors" (fingerprint), "index" (index statistic), "score" (pinned), "reference" (published)
+    kind: str  # "vectors" (fingerprint), "index" (statistic), "score" (pinned), "reference" (published), "efficiency"
     expected: float | int | str | None
     observed: float | int | str | None
     status: str
@@ -34,6 +37,7 @@ class Observation:
     seconds: float
     vectors: dict[str, VectorSetSummary] = field(default_factory=dict)  # empty for BM25
     differences: dict[str, VectorDiff] = field(default_factory=dict)  # against --reference-vectors
+    efficiency: Efficiency = field(default_factory=Efficiency)
 
 
 def _same(expected: float | int, observed: float | int) -> bool:
@@ -108,11 +112,14 @@ def compare(condition: Condition, dataset: DatasetRun, observation: Observation)
         within = abs(round(observation.scores[metric], 4) - published) <= condition.reference_tolerance + 1e-9
         rows.append(ResultRow(condition.name, dataset.name, metric, "reference", published,
                               observation.scores[metric], STATUS_OK if within else STATUS_FAIL, TIER_PUBLISHED))
+    rows += [ResultRow(condition.name, dataset.name, name, "efficiency", None, value, STATUS_MEASURED, TIER_MACHINE)
+             for name, value in observation.efficiency.figures.items()]
     return rows
 
 
 def compare_averages(condition: Condition, observations: dict[str, Observation]) -> list[ResultRow]:
-    """The condition's published averages, checked only when every one of its datasets ran."""
+    """The condition's published averages, checked only when every one of its datasets ran (CQADupStack's
+    forums averaged first, as BEIR does)."""
     rows = []
     complete = all(dataset.name in observations for dataset in condition.datasets)
     for metric, published in condition.reference_average.items():
@@ -120,7 +127,7 @@ def compare_averages(condition: Condition, observations: dict[str, Observation])
             rows.append(ResultRow(condition.name, "average", metric, "reference", published, None, STATUS_SKIPPED,
                                   TIER_PUBLISHED))
             continue
-        mean = round(sum(obs.scores[metric] for obs in observations.values()) / len(observations), 4)
+        mean = round(beir_average({name: obs.scores[metric] for name, obs in observations.items()}), 4)
         within = abs(mean - published) <= condition.reference_tolerance + 1e-9
         rows.append(ResultRow(condition.name, "average", metric, "reference", published, mean,
                               STATUS_OK if within else STATUS_FAIL, TIER_PUBLISHED))

@@ -19,12 +19,21 @@ from vtrepro.encode.fingerprint import (
     fingerprint_vectors,
 )
 from vtrepro.encode.writer import QUERIES_NAME, VECTORS_DIRNAME, encode_corpus, encode_queries
-from vtrepro.evaluate.trec import evaluate_run
+from vtrepro.evaluate.trec import evaluate_per_query, mean_scores
 from vtrepro.index.lucene import build_bm25_index, build_impact_index
 from vtrepro.regress.compare import Observation
+from vtrepro.regress.efficiency import Efficiency, measure
 from vtrepro.regress.sources import cached_fingerprint, vector_differences
 from vtrepro.regress.spec import Condition, DatasetRun, EncodedVectors, Spec
-from vtrepro.search.lucene import read_query_vectors, read_trec_run, search_bm25, search_impact, write_trec_run
+from vtrepro.report.results import PER_QUERY_NAME
+from vtrepro.search.lucene import (
+    SearchTiming,
+    read_query_vectors,
+    read_trec_run,
+    search_bm25,
+    search_impact,
+    write_trec_run,
+)
 from vtrepro.training.recipe import load_recipe
 from vtrepro.training.run_folder import REPORT_NAME, stage_dir
 from vtrepro.training.stages import run_stage
@@ -147,25 +156,30 @@ class ConditionRunner:
         vectors: dict[str, VectorSetSummary] = {}
         differences: dict[str, VectorDiff] = {}
         if self.condition.retrieval == "bm25":
-            run, stats = self._bm25(dataset, queries, artifacts)
+            run, stats, efficiency = self._bm25(dataset, queries, artifacts)
         else:
             source = encoded or dataset_run.encoded
-            run, stats, vectors, used = self._impact(dataset, queries, artifacts, source)
+            run, stats, vectors, used, efficiency = self._impact(dataset, queries, artifacts, source)
             if reference is not None:
                 differences = vector_differences(reference, used)
         write_trec_run(run, artifacts / "run.trec", tag=f"vtrepro-{self.condition.name}")
-        # Score the file as written, exactly what trec_eval on run.trec reports.
-        scores = evaluate_run(read_trec_run(artifacts / "run.trec"), qrels, self.spec.metrics)
+        # Score the file as written, exactly what trec_eval on run.trec reports; per-query scores feed
+        # the report's significance tests.
+        per_query = evaluate_per_query(read_trec_run(artifacts / "run.trec"), qrels, self.spec.metrics)
+        write_json(artifacts / PER_QUERY_NAME, per_query)
+        scores = mean_scores(per_query)
         return Observation(scores, {key: stats[key] for key in ("documents", "total_terms")},
-                           round(time.perf_counter() - started, 1), vectors, differences)
+                           round(time.perf_counter() - started, 1), vectors, differences, efficiency)
 
     def _bm25(self, dataset, queries: dict[str, str], artifacts: Path):
 
         documents = ((document.doc_id, document.contents) for document in dataset.corpus())
+        began = time.perf_counter()
         stats = build_bm25_index(documents, artifacts / "index", threads=1)
+        index_seconds, timing = time.perf_counter() - began, SearchTiming()
         run = search_bm25(artifacts / "index", queries, self.spec.k, self.threads,
-                          k1=self.condition.bm25["k1"], b=self.condition.bm25["b"])
-        return run, stats
+                          k1=self.condition.bm25["k1"], b=self.condition.bm25["b"], timing=timing)
+        return run, stats, measure(artifacts / "index", index_seconds, timing)
 
     def _impact(self, dataset, queries: dict[str, str], artifacts: Path, encoded: EncodedVectors | None):
         """Search with ``encoded`` vectors, or encode the corpus and queries here first."""
@@ -180,6 +194,9 @@ class ConditionRunner:
             print(f"  using vectors from {encoded.corpus} and {encoded.queries}", file=sys.stderr, flush=True)
             query_vectors = read_query_vectors(encoded.queries)
             corpus = cached_fingerprint(encoded.corpus)
+        began = time.perf_counter()
         stats = build_impact_index(encoded.corpus, artifacts / "index", threads=1, expected=corpus)
-        run = search_impact(artifacts / "index", query_vectors, self.spec.k, self.threads)
-        return run, stats, {"corpus": corpus, "queries": fingerprint_vectors(query_vectors)}, encoded
+        index_seconds, timing = time.perf_counter() - began, SearchTiming()
+        run = search_impact(artifacts / "index", query_vectors, self.spec.k, self.threads, timing=timing)
+        efficiency: Efficiency = measure(artifacts / "index", index_seconds, timing, encoded.corpus, query_vectors)
+        return run, stats, {"corpus": corpus, "queries": fingerprint_vectors(query_vectors)}, encoded, efficiency

@@ -9,8 +9,14 @@ from pathlib import Path
 import pandas as pd
 
 from vtrepro.core.io import atomic_write, write_json
-from vtrepro.regress.compare import STATUS_ERROR, STATUS_FAIL, STATUS_OKISH, STATUS_UNPINNED, ResultRow
+from vtrepro.regress.compare import STATUS_MEASURED, ResultRow
+from vtrepro.regress.efficiency import FIGURES
 from vtrepro.regress.spec import Spec
+from vtrepro.report.command import published_systems
+from vtrepro.report.render import build_report, write_report_files
+from vtrepro.report.results import RESULTS_NAME, load_results
+from vtrepro.training.run_folder import LOG_NAME
+from vtrepro.vocabulary.calibrate import REPORT_NAME as CALIBRATION_REPORT
 
 # torch is imported only to record its version in a report, on purpose: BM25-only runs never load it.
 
@@ -44,14 +50,43 @@ def results_frame(rows: list[ResultRow], reference_suffix: str = " (published)")
     )
 
 
-def format_table(rows: list[ResultRow]) -> str:
-    """The terminal table: left-aligned columns, two spaces apart."""
-    frame = results_frame(rows, reference_suffix=" (ref)")
-    widths = {column: max([len(column), *frame[column].str.len()]) for column in COLUMNS}
-    lines = ["  ".join(column.ljust(widths[column]) for column in COLUMNS).rstrip()]
-    lines += ["  ".join(str(cell).ljust(widths[column]) for column, cell in zip(COLUMNS, line)).rstrip()
-              for line in frame.itertuples(index=False)]
+def judged(rows: list[ResultRow]) -> list[ResultRow]:
+    """The rows judged against a pin or a published value (not the efficiency figures)."""
+    return [row for row in rows if row.status != STATUS_MEASURED]
+
+
+def _aligned(frame: pd.DataFrame) -> str:
+    """Left-aligned columns, two spaces apart."""
+    columns = [str(column) for column in frame.columns]
+    cells = frame.astype(str)
+    widths = [max([len(column), *cells[name].str.len()]) for name, column in zip(frame.columns, columns)]
+    lines = ["  ".join(column.ljust(width) for column, width in zip(columns, widths)).rstrip()]
+    lines += ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
+              for line in cells.itertuples(index=False)]
     return "\n".join(lines)
+
+
+def efficiency_frame(rows: list[ResultRow]) -> pd.DataFrame:
+    """One line per run (condition, dataset), one column per efficiency figure it has."""
+    measured = [row for row in rows if row.status == STATUS_MEASURED and row.observed is not None]
+    if not measured:
+        return pd.DataFrame()
+    frame = pd.DataFrame([(row.condition, row.dataset, row.metric, row.observed) for row in measured],
+                         columns=["condition", "dataset", "figure", "value"])
+    table = frame.pivot(index=["condition", "dataset"], columns="figure", values="value")
+    return table[[name for name in FIGURES if name in table.columns]].reset_index()
+
+
+def format_table(rows: list[ResultRow]) -> str:
+    """The terminal table of judged rows, then the efficiency figures of each run."""
+    text = _aligned(results_frame(judged(rows), reference_suffix=" (ref)"))
+    efficiency = efficiency_frame(rows)
+    if not efficiency.empty:
+        shown = efficiency.set_index(["condition", "dataset"]).T
+        shown.columns = [f"{condition}/{dataset}" for condition, dataset in shown.columns]
+        shown = shown.map(lambda value: f"{value:.4g}" if isinstance(value, float) else str(value))
+        text += "\n\nEfficiency (measured on this machine; not judged):\n" + _aligned(shown.reset_index(names="figure"))
+    return text
 
 
 def cpu_model() -> str:
@@ -74,27 +109,35 @@ def environment() -> dict[str, str]:
             **versions}
 
 
+def condition_records(spec: Spec, out_dir: Path, train_root: Path) -> dict[str, dict[str, str | None]]:
+    """What the report needs to know of each condition: its published counterpart, and the training log
+    and calibration report of its model where it has them."""
+    records = {}
+    for condition in spec.conditions:
+        work = train_root / Path(condition.train).stem if condition.train else out_dir / condition.name
+        calibrations = sorted(work.glob(f"*-calibrate/{CALIBRATION_REPORT}"))
+        log = work / LOG_NAME
+        records[condition.name] = {
+            "published": condition.published.key if condition.published else None,
+            "calibration_report": str(calibrations[-1]) if calibrations else None,
+            "training_log": str(log) if log.is_file() else None,
+        }
+    return records
+
+
 def write_report(spec: Spec, rows: list[ResultRow], timings: dict[str, float], out_dir: Path, argv: list[str],
-                 interrupted: bool = False) -> None:
-    """``results.json``, ``results.csv`` and ``report.md`` in ``out_dir``, each replaced only once completely written;
-    ``interrupted`` marks a run stopped before every selected run finished."""
-    write_json(out_dir / "results.json", {
-        "spec": str(spec.path), "environment": environment(), "timings_seconds": timings, "interrupted": interrupted,
-        "rows": [asdict(row) for row in rows],
+                 distributions: dict[str, dict[str, list[float]]], interrupted: bool = False,
+                 train_root: Path = Path("runs/train")) -> None:
+    """``results.json`` and ``results.csv``, then the comparison report of this run alone (``report.md``,
+    ``report.html``, ``table.csv``), each replaced only once completely written; ``interrupted`` marks
+    a run stopped before every selected run finished."""
+    write_json(out_dir / RESULTS_NAME, {
+        "spec": str(spec.path), "description": spec.description, "command": argv, "environment": environment(),
+        "timings_seconds": timings, "interrupted": interrupted,
+        "conditions": condition_records(spec, out_dir, train_root), "rows": [asdict(row) for row in rows],
+        "distributions": distributions,
     })
     with atomic_write(out_dir / "results.csv") as handle:
         results_frame(rows).to_csv(handle, index=False)
-    failed = sum(row.status in (STATUS_FAIL, STATUS_UNPINNED, STATUS_ERROR) for row in rows)
-    okish = sum(row.status == STATUS_OKISH for row in rows)
-    with atomic_write(out_dir / "report.md") as handle:
-        handle.write(f"# Regression report: {spec.name}\n\n{spec.description}\n\n")
-        handle.write(f"Command: `python -m vtrepro.regress {' '.join(argv)}`\n\n")
-        handle.write("Environment: " + ", ".join(f"{k} {v}" for k, v in environment().items()) + "\n\n")
-        verdict = f"{failed} row(s) not OK" if failed else ("all OK" if not okish else f"OK, {okish} row(s) OKISH")
-        verdict += " (interrupted: only the runs listed finished)" if interrupted else ""
-        handle.write(f"Result: {verdict}\n\n")
-        handle.write("Tier *fixed*: the vectors' fingerprints match the pinned ones (or BM25), every figure is exact. "
-                     "Tier *encoded*: the vectors were encoded here and differ; figures may move within the spec's "
-                     "tolerance (OKISH).\n\n")
-        handle.write(results_frame(rows).to_markdown(index=False, tablefmt="pipe", colalign=_ALIGN, disable_numparse=True) + "\n")
-        handle.write("\nSeconds per run: " + ", ".join(f"{key} {value}" for key, value in timings.items()) + "\n")
+    results = load_results(out_dir)
+    write_report_files(build_report([results], published_systems([results], [])), out_dir)

@@ -41,7 +41,7 @@ from vtrepro.regress.compare import (
     compare_averages,
 )
 from vtrepro.regress.conditions import ConditionRunner
-from vtrepro.regress.report import format_table, tally, write_report
+from vtrepro.regress.report import format_table, judged, tally, write_report
 from vtrepro.regress.sources import check_encoded, vector_sources
 from vtrepro.regress.spec import Condition, DatasetRun, Spec, load_spec, record_observed
 from vtrepro.training.recipe import load_recipe
@@ -163,11 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.strict:
         rows = [ResultRow(**{**asdict(row), "status": STATUS_FAIL}) if row.status == STATUS_OKISH else row
                 for row in rows]
-    write_report(spec, rows, outcome.timings, out_dir, argv)
+    write_report(spec, rows, outcome.timings, out_dir, argv, outcome.distributions, train_root=args.output / "train")
     print(format_table(rows))
     failed = [row for row in rows if row.status in (STATUS_FAIL, STATUS_UNPINNED, STATUS_ERROR)]
     okish = sum(row.status == STATUS_OKISH for row in rows)
-    print(f"\n{len(rows) - len(failed) - okish} OK, {okish} OKISH, {len(failed)} not OK; report: {out_dir / 'report.md'}")
+    ok = len(judged(rows)) - len(failed) - okish
+    print(f"\n{ok} OK, {okish} OKISH, {len(failed)} not OK; report: {out_dir / 'report.md'} and report.html")
     if outcome.errors:
         others = f"; {len(outcome.errors) - 1} more run(s) failed" if len(outcome.errors) > 1 else ""
         nothing_recorded = "; nothing was recorded into the spec" if args.record else ""
@@ -184,6 +185,7 @@ class Outcome:
     timings: dict[str, float] = field(default_factory=dict)
     recorded: dict[tuple[str, str], dict] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    distributions: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # "condition/dataset" -> ...
 
 
 def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: Path, args: argparse.Namespace,
@@ -215,6 +217,8 @@ def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: P
                     continue
                 observations[dataset_run.name] = observation
                 outcome.timings[f"{condition.name}/{dataset_run.name}"] = observation.seconds
+                if observation.efficiency.distributions:
+                    outcome.distributions[f"{condition.name}/{dataset_run.name}"] = observation.efficiency.distributions
                 rows = compare(condition, dataset_run, observation)
                 outcome.rows += rows
                 print(f"[{condition.name} / {dataset_run.name}] done in {observation.seconds} s: {tally(rows)}",
@@ -225,6 +229,7 @@ def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: P
                 }
             outcome.rows += compare_averages(condition, observations)
     except BaseException:  # an interrupt or an internal error: keep what finished, then report the failure
-        write_report(spec, outcome.rows, outcome.timings, out_dir, argv, interrupted=True)
+        write_report(spec, outcome.rows, outcome.timings, out_dir, argv, outcome.distributions, interrupted=True,
+                     train_root=args.output / "train")
         raise
     return outcome

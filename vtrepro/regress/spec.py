@@ -21,6 +21,7 @@ from vtrepro.core.io import atomic_write, unsafe_character
 from vtrepro.core.schema import Checker, Field, read_yaml, round_trip_yaml
 from vtrepro.encode.vectors import ROUNDINGS, Quantization
 from vtrepro.evaluate.trec import DEFAULT_METRICS, parse_metric
+from vtrepro.report.published import PublishedSystem, load_system
 from vtrepro.training.stages import Stage, read_stage
 
 REGRESSIONS_DIR = Path(__file__).resolve().parents[2] / "regressions"
@@ -35,6 +36,7 @@ _CONDITION = {
     "train": Field(str, None, what="a recipe file or a name in regressions/recipes/"),
     "trust_remote_code": Field(bool, None), "query_encoder": Field(str, None, ("model", "idf")),
     "reference_source": Field(str, None), "reference_tolerance": Field(float, None, minimum=0),
+    "published": Field(str, None, what="<table>/<system> of a table in regressions/published/"),
     **{key: Field("mapping", None) for key in ("bm25", "encoder", "quantization", "reference_average", "datasets",
                                                "transfer", "calibrate", "tolerance")},
 }
@@ -107,6 +109,7 @@ class Condition:
     query_encoder: str = "model"  # "model" (SPLADE queries) or "idf" (inference-free: idf.json beside the model)
     stages: tuple[Stage, ...] = ()  # from the 'transfer' and 'calibrate' blocks, applied to ``model`` in order
     tolerance: Tolerance = Tolerance()
+    published: PublishedSystem | None = None  # the published system its references come from
 
 
 @dataclass
@@ -241,7 +244,31 @@ def _load_condition(check: Checker, parent: CommentedMap, name: str, metrics: tu
     for dataset in datasets:
         condition.datasets.append(_load_dataset(check, datasets, dataset, f"{where}, dataset '{dataset}'", retrieval,
                                                 metrics, split))
+    if "published" in given:
+        _apply_published(check, node, condition, given["published"], metrics)
     return condition
+
+
+def _apply_published(check: Checker, node: CommentedMap, condition: Condition, key: str, metrics: tuple[str, ...]) -> None:
+    """References from a published table: each dataset's values for the spec's metrics, and the stated
+    average when the condition runs exactly the datasets it is over."""
+    where = f"condition '{condition.name}'"
+    try:
+        system = load_system(key)
+    except VtreproError as error:
+        raise check.fail(node, "published", f"{where}.published: {error}") from None
+    for keyword in ("reference_source", "reference_average"):
+        if keyword in node:
+            raise check.fail(node, keyword, f"{where}: '{keyword}' comes from 'published: {key}'; remove one")
+    condition.published, condition.reference_source = system, f"{system.source}: {system.citation}"
+    for dataset in condition.datasets:
+        if dataset.reference:
+            raise check.fail(node, "published", f"{where}, dataset '{dataset.name}' has its own 'reference' and "
+                                                f"'published: {key}' gives it too; keep one")
+        dataset.reference = {metric: value for metric, value in system.datasets.get(dataset.name, {}).items()
+                             if metric in metrics}
+    if set(system.average_datasets) == {dataset.name for dataset in condition.datasets}:
+        condition.reference_average = {metric: value for metric, value in system.average.items() if metric in metrics}
 
 
 def _load_dataset(check: Checker, parent: CommentedMap, name: str, where: str, retrieval: str,

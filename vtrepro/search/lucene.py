@@ -10,8 +10,12 @@ adjustment is undone here, since every impact score is an integer by constructio
 from __future__ import annotations
 
 import math
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
+
+import numpy as np
 
 from vtrepro.core.cli import add_threads, cli_entry, command_parser, positive_int
 from vtrepro.core.errors import VtreproError
@@ -25,6 +29,28 @@ Run = dict[str, dict[str, float]]
 """qid -> {docid: score}, the shape pytrec_eval takes."""
 SEARCH_BATCH = 256
 UNREADABLE_INDEX = "not a readable Lucene index: rebuild it with 'python -m vtrepro.index'"
+
+
+@dataclass
+class SearchTiming:
+    """Wall time of a search. With one thread each query is searched and timed on its own (latency);
+    with more, queries run in batches across the threads and only the total is known (throughput)."""
+
+    threads: int = 1
+    queries: int = 0
+    seconds: float = 0.0
+    latencies: list[float] = field(default_factory=list)  # seconds per query, one-thread searches only
+
+    def figures(self) -> dict[str, float | int | None]:
+        """Threads, queries per second, and latency in milliseconds (None unless timed per query)."""
+        latency: dict[str, float | None] = dict.fromkeys(("latency_mean_ms", "latency_p50_ms", "latency_p99_ms"))
+        if self.latencies:
+            milliseconds = np.asarray(self.latencies) * 1000.0
+            latency = {"latency_mean_ms": float(milliseconds.mean()),
+                       "latency_p50_ms": float(np.percentile(milliseconds, 50)),
+                       "latency_p99_ms": float(np.percentile(milliseconds, 99))}
+        rate = self.queries / self.seconds if self.seconds > 0 else None
+        return {"search_threads": self.threads, "search_queries_per_s": rate, **latency}
 
 
 def _collect(hits_by_qid, qids: list[str], k: int, remove_query_id: bool, integer_scores: bool) -> Run:
@@ -51,8 +77,10 @@ def search_impact(
     k: int = 1000,
     threads: int = 1,
     remove_query_id: bool = True,
+    timing: SearchTiming | None = None,
 ) -> Run:
-    """Impact search: each document scores the integer dot product of its and the query's vector."""
+    """Impact search: each document scores the integer dot product of its and the query's vector;
+    ``timing``, when given, receives the search's wall time (per query with one thread)."""
     integer = java_class("java.lang.Integer")
     hash_map = java_class("java.util.HashMap")
     qids = list(queries)
@@ -72,7 +100,7 @@ def search_impact(
     with java_errors(index_dir, UNREADABLE_INDEX):
         searcher = java_class("io.anserini.search.SimpleImpactSearcher")(_checked_index(index_dir))
     try:
-        return _batched(searcher, java_queries, qids, k, threads, remove_query_id, integer_scores=True)
+        return _search_all(searcher, java_queries, qids, k, threads, remove_query_id, True, timing)
     finally:
         searcher.close()
 
@@ -85,14 +113,15 @@ def search_bm25(
     k1: float = 0.9,
     b: float = 0.4,
     remove_query_id: bool = True,
+    timing: SearchTiming | None = None,
 ) -> Run:
-    """BM25 search with Anserini's default analyzer."""
+    """BM25 search with Anserini's default analyzer (``timing`` as for :func:`search_impact`)."""
     qids = list(queries)
     with java_errors(index_dir, UNREADABLE_INDEX):
         searcher = java_class("io.anserini.search.SimpleSearcher")(_checked_index(index_dir))
     try:
         searcher.set_bm25(float(k1), float(b))
-        return _batched(searcher, [queries[qid] for qid in qids], qids, k, threads, remove_query_id, integer_scores=False)
+        return _search_all(searcher, [queries[qid] for qid in qids], qids, k, threads, remove_query_id, False, timing)
     finally:
         searcher.close()
 
@@ -106,17 +135,32 @@ def _checked_index(index_dir: str | Path) -> str:
     return str(index_dir)
 
 
-def _batched(searcher, queries: list, qids: list[str], k: int, threads: int, remove_query_id: bool,
-             integer_scores: bool) -> Run:
-    """Search ``SEARCH_BATCH`` queries per call, so progress moves; each query's hits do not depend on its batch."""
+def _search_all(searcher, queries: list, qids: list[str], k: int, threads: int, remove_query_id: bool,
+                integer_scores: bool, timing: SearchTiming | None) -> Run:
+    """Every query's hits: one query per call with one thread (each call timed), else ``SEARCH_BATCH``
+    queries per call across the threads. A query's hits depend on neither (Anserini's batch search
+    runs the same single-query search)."""
+    timing = timing if timing is not None else SearchTiming()
+    timing.threads, timing.queries, timing.latencies = threads, len(qids), []
     run: Run = {}
+    hits_wanted = k + int(remove_query_id)
+    started = time.perf_counter()
     with Progress(len(qids), "search", "query") as progress:
-        for start in range(0, len(qids), SEARCH_BATCH):
-            batch_ids = qids[start : start + SEARCH_BATCH]
-            hits = searcher.batch_search(_java_list(queries[start : start + SEARCH_BATCH]), _java_list(batch_ids),
-                                         k + int(remove_query_id), threads)
-            run.update(_collect(hits, batch_ids, k, remove_query_id, integer_scores))
-            progress.update(len(batch_ids))
+        if threads == 1:
+            for qid, query in zip(qids, queries):
+                began = time.perf_counter()
+                hits = searcher.search(query, hits_wanted)
+                timing.latencies.append(time.perf_counter() - began)
+                run.update(_collect({qid: hits}, [qid], k, remove_query_id, integer_scores))
+                progress.update()
+        else:
+            for start in range(0, len(qids), SEARCH_BATCH):
+                batch_ids = qids[start : start + SEARCH_BATCH]
+                batch = searcher.batch_search(_java_list(queries[start : start + SEARCH_BATCH]), _java_list(batch_ids),
+                                              hits_wanted, threads)
+                run.update(_collect(batch, batch_ids, k, remove_query_id, integer_scores))
+                progress.update(len(batch_ids))
+    timing.seconds = time.perf_counter() - started
     return run
 
 
