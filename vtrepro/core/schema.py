@@ -41,6 +41,15 @@ def read_yaml(path: Path) -> Any:
         raise VtreproError(f"{path}: malformed YAML ({error}); fix the syntax") from None
 
 
+def read_mapping_file(path: Path, name: str, needs: str) -> tuple[CommentedMap, Checker]:
+    """A YAML file that must hold a mapping (``a <name> must be a YAML mapping with <needs>`` otherwise),
+    and a :class:`Checker` that calls it ``the <name>``."""
+    document = read_yaml(path)
+    if not isinstance(document, CommentedMap):
+        raise VtreproError(f"{path}:1: a {name} must be a YAML mapping with {needs}")
+    return document, Checker(path, f"the {name}")
+
+
 BOOLEAN_FIX = "use true or false (unquoted; yes, no, on and off are strings in YAML 1.2)"
 
 

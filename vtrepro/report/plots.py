@@ -75,15 +75,9 @@ def cost_chart(systems: list[System], metric: str, efficiency: pd.DataFrame) -> 
                 continue
             axis.scatter(float(row.flops), float(score.iloc[0]), label=f"{system.label} / {row.dataset}")
             drawn = True
-    if not drawn:
-        _close(figure)
-        return None
     axis.set_xscale("log")
-    axis.set_xlabel("FLOPS (expected shared terms per query-document pair)")
-    axis.set_ylabel(metric)
-    axis.set_title(f"{metric} against search cost")
-    axis.legend(fontsize=8)
-    return _png(figure)
+    return _finished(figure, axis, drawn, "FLOPS (expected shared terms per query-document pair)", metric,
+                     f"{metric} against search cost")
 
 
 def terms_chart(systems: list[System]) -> bytes | None:
@@ -98,14 +92,8 @@ def terms_chart(systems: list[System]) -> bytes | None:
             axis.plot(distribution["terms_per_document"], np.asarray(distribution["percentiles"]) / 100,
                       label=f"{system.label} / {dataset}")
             drawn = True
-    if not drawn:
-        _close(figure)
-        return None
-    axis.set_xlabel("terms per document vector")
-    axis.set_ylabel("share of documents")
-    axis.set_title("Terms per document (cumulative)")
-    axis.legend(fontsize=8)
-    return _png(figure)
+    return _finished(figure, axis, drawn, "terms per document vector", "share of documents",
+                     "Terms per document (cumulative)")
 
 
 def retention_chart(matrix: Matrix, baseline: str) -> bytes | None:
@@ -156,14 +144,18 @@ def training_chart(logs: dict[str, Path]) -> bytes | None:
     for label, path in logs.items():
         records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         axis.plot([record["step"] for record in records], [record["loss"] for record in records], label=label)
-    axis.set_xlabel("step")
-    axis.set_ylabel("loss")
-    axis.set_title("Training loss")
+    return _finished(figure, axis, True, "step", "loss", "Training loss")
+
+
+def _finished(figure: Figure, axis: Axes, drawn: bool, xlabel: str, ylabel: str, title: str) -> bytes | None:
+    """The figure as PNG with its labels and legend, or None (and the figure closed) when nothing was drawn."""
+    if not drawn:
+        import matplotlib.pyplot as plt
+
+        plt.close(figure)
+        return None
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.set_title(title)
     axis.legend(fontsize=8)
     return _png(figure)
-
-
-def _close(figure: Figure) -> None:
-    import matplotlib.pyplot as plt
-
-    plt.close(figure)

@@ -27,7 +27,7 @@ from pathlib import Path
 from ruamel.yaml.comments import CommentedMap
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.schema import Checker, Field, read_yaml
+from vtrepro.core.schema import Checker, Field, read_mapping_file
 from vtrepro.evaluate.trec import parse_metric
 
 PUBLISHED_DIR = Path(__file__).resolve().parents[2] / "regressions" / "published"
@@ -85,10 +85,7 @@ def find_table(name: str) -> Path:
 def load_table(name: str | Path) -> dict[str, PublishedSystem]:
     """Every system of one published table, fully validated (errors name the file and line)."""
     path = find_table(str(name))
-    document = read_yaml(path)
-    check = Checker(path, "the published table")
-    if not isinstance(document, CommentedMap):
-        raise VtreproError(f"{path}:1: a published table must be a mapping with 'source' and 'systems'")
+    document, check = read_mapping_file(path, "published table", "'source' and 'systems'")
     top = check.read(document, None, _TABLE, "")
     systems = {}
     for system in top["systems"]:

@@ -14,7 +14,7 @@ from typing import Any
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.schema import Checker, Field, read_yaml
+from vtrepro.core.schema import Checker, Field, read_mapping_file
 from vtrepro.training.stages import STAGE_OPTIONS, Stage, read_stage
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "regressions" / "recipes"
@@ -99,10 +99,7 @@ def find_recipe(recipe: str) -> Path:
 def load_recipe(recipe: str | Path) -> Recipe:
     """Load and fully validate a training recipe; the first problem is a one-line ``file:line:`` error."""
     path = find_recipe(str(recipe))
-    document = read_yaml(path)
-    check = Checker(path, "the recipe")
-    if not isinstance(document, CommentedMap):
-        raise VtreproError(f"{path}:1: a recipe must be a YAML mapping with 'model', 'data' and 'training'")
+    document, check = read_mapping_file(path, "recipe", "'model', 'data' and 'training'")
     top = check.read(document, None, _TOP, "")
     data_node = document["data"]
     if not isinstance(data_node.get("format"), str) or data_node["format"] not in _DATA_FORMATS:
