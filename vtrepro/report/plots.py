@@ -33,7 +33,7 @@ def _png(figure: Figure) -> bytes:
 
     figure.tight_layout()
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=90, metadata={"Software": None})  # no version stamp: same bytes
+    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})  # no version stamp
     plt.close(figure)
     return buffer.getvalue()
 
