@@ -147,3 +147,17 @@ def test_other_architectures(architecture: str, splade_tiny: Path, tmp_path: Pat
         (tmp_path / name).symlink_to(splade_tiny / name)
     encoder = SpladeEncoder(tmp_path, max_length_doc=MAX_LENGTH_DOC)
     torch.testing.assert_close(encoder.max_logits(TEXTS), naive_max_logits(encoder, TEXTS, MAX_LENGTH_DOC), atol=1e-4, rtol=0)
+
+
+def test_a_bfloat16_body_keeps_the_head_in_float32_and_agrees_with_float32(tiny_encoder, splade_tiny, scifact_sample):
+    """The half-precision path on CPU: the body in bfloat16, the head, pooling and bias in float32. Its vectors
+    are their own tier: measured here on 60 SciFact documents, 99% of active terms shared on average."""
+    half = SpladeEncoder(splade_tiny, max_length_doc=256, dtype="bfloat16")
+    assert next(half.model.base_model.parameters()).dtype == torch.bfloat16
+    assert half._decoder.weight.dtype == torch.float32 and half._decoder.bias.dtype == torch.float32
+    texts = [document.contents for document in scifact_sample]
+    shared = [len(set(a[0]) & set(b[0])) / len(set(a[0]) | set(b[0]))
+              for a, b in zip(tiny_encoder.encode(texts, "doc"), half.encode(texts, "doc"))]
+    assert np.mean(shared) > 0.97 and min(shared) > 0.9, (np.mean(shared), min(shared))
+    with pytest.raises(VtreproError, match="dtype must be one of float32, bfloat16, float16"):
+        SpladeEncoder(splade_tiny, dtype="int8")

@@ -231,3 +231,12 @@ def test_a_spec_condition_can_name_encoded_vectors_instead_of_a_model(recorded, 
     assert run(published, data, tmp_path / "runs", "--strict") == 0
     rows = rows_of(tmp_path / "runs", "published")
     assert rows["ndcg@10"]["status"] == "OK" and {row["tier"] for row in rows.values()} == {"fixed"}
+
+
+@pytest.mark.slow
+def test_encoding_with_two_processes_reproduces_the_pinned_vectors(recorded, tmp_path):
+    """``regress --encode-procs 2`` (torchrun, gloo on CPU) gives the pinned fingerprints: every figure exact."""
+    spec, data, _ = recorded
+    assert run(spec, data, tmp_path, "--encode-procs", "2") == 0
+    rows = rows_of(tmp_path)
+    assert rows["vectors.corpus"]["status"] == "OK" and {row["tier"] for row in rows.values()} == {"fixed"}

@@ -85,3 +85,6 @@ def test_micro_paper_chain(kind: str, gpt2_bpe: Path, splade_tiny: Path, data_di
     assert set(scores) >= {"ndcg@10", "recall@100"} and all(0 <= value <= 1 for value in scores.values())
     if kind == "splade-tiny-bpe":  # real weights carried through the whole chain retrieve above chance
         assert scores["recall@100"] > 0.1, scores  # a random ranking: about 0.03; 0.2186 measured here
+    # The run's report draws the chain's training loss and APC's effect from the recipe's own folder.
+    figures = tmp_path / "runs" / "micro" / "figures"
+    assert (figures / "training.png").is_file() and (figures / "calibration.png").is_file()

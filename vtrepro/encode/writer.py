@@ -6,17 +6,24 @@
     DIR/vectors/part-NNNNN.jsonl   JsonVectorCollection shards: {"id", "contents", "vector"}
     DIR/queries.jsonl          the split's queries with integer vectors
 
-Shards are written atomically and recorded in the manifest as they finish; rerunning the same
-command after an interruption resumes at the first unfinished shard. The output folder, corpus and
-queries are checked before the model is loaded; documents and queries report progress per batch.
+Shards are written atomically, each with a receipt, and merged into the manifest when all are done;
+rerunning the same command after an interruption encodes only the unfinished shards. Under
+``torchrun --nproc_per_node N -m vtrepro.encode ...`` each process encodes every N-th shard (on its
+own GPU when there is one) and rank 0 merges them: the vectors, fingerprint and index are those of a
+one-process run, since a document's vector does not depend on the process that encodes it. The
+output folder, corpus and queries are checked before the model is loaded; documents and queries
+report progress per batch.
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import json
+import os
+import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -29,6 +36,9 @@ from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_folder
 from vtrepro.encode.vectors import EMPTY_DOCUMENT_TERM, ROUNDINGS, Quantization, escaped_vocabulary, to_impact_vector
 from vtrepro.model.loading import find_model
 
+SORT_WINDOW = 2000
+"""The encoder's default sort window (``model.splade.SORT_WINDOW``), repeated so that ``--help`` stays light."""
+
 # The SPLADE encoder (torch, transformers) is imported where a model is loaded, on purpose: `--help`,
 # argument errors and readers of encoded vectors stay fast.
 
@@ -36,6 +46,27 @@ MANIFEST_NAME = "manifest.json"
 TIMINGS_NAME = "timings.json"
 """Beside the manifest: the device and the seconds each shard took to encode. Kept apart, so the
 manifest depends on the inputs alone."""
+RECEIPTS_DIRNAME = ".shards"
+"""While encoding, one receipt per finished shard (its record, settings digest, seconds and device);
+merged into the manifest when every shard is done. Any process may write them, in any order."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """The share of a corpus one process encodes: shard ``i`` when ``i % world == rank`` (torchrun's
+    ``RANK`` and ``WORLD_SIZE``). A document's vector does not depend on which process encodes it."""
+
+    rank: int = 0
+    world: int = 1
+
+    def owns(self, shard: int) -> bool:
+        return shard % self.world == self.rank
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
 VECTORS_DIRNAME = "vectors"
 QUERIES_NAME = "queries.jsonl"
 MANIFEST_FORMAT = "vtrepro.encoded-corpus/1"
@@ -142,28 +173,32 @@ def _write_shard(documents: Sequence, encoded: list, terms: list[str], quantizat
     }
 
 
-def _finished_shards(out_dir: Path, manifest: dict | None, settings: dict, replace: bool) -> list[dict]:
-    """Shards of an earlier run with the same settings whose files are intact, in order.
+def _settings_digest(settings: dict) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
+def _finished_shards(out_dir: Path, manifest: dict | None, settings: dict, replace: bool) -> dict[str, dict]:
+    """Shard file name -> record of every shard an earlier run finished with the same settings, whose
+    file is intact: from the manifest and from the receipts of unmerged runs.
 
     A folder encoded with other settings is an error, or with ``replace`` encoded again from the start.
     """
-    if manifest is None:
-        return []
-    if manifest.get("settings") != settings:
-        if replace:
-            print(f"{out_dir}: encoded with other settings; encoding again", file=sys.stderr)
-            return []
-        raise VtreproError(
-            f"{out_dir / MANIFEST_NAME}: this folder was encoded with other settings (model weights, "
-            "vocabulary, corpus, lengths or quantization); delete it or choose another --output"
-        )
-    finished = []
-    for shard in manifest["shards"]:
-        path = out_dir / shard["file"]
-        if not path.exists() or sha256_file(path) != shard["sha256"]:
-            break
-        finished.append(shard)
-    return finished
+    if manifest is not None and manifest.get("settings") != settings:
+        if not replace:
+            raise VtreproError(
+                f"{out_dir / MANIFEST_NAME}: this folder was encoded with other settings (model weights, "
+                "vocabulary, corpus, lengths, quantization or precision); delete it or choose another --output"
+            )
+        print(f"{out_dir}: encoded with other settings; encoding again", file=sys.stderr)
+        manifest = None
+    digest = _settings_digest(settings)
+    records = list(manifest["shards"]) if manifest is not None else []
+    for receipt in sorted((out_dir / RECEIPTS_DIRNAME).glob("*.json")):
+        record = json.loads(receipt.read_text(encoding="utf-8"))
+        if record.pop("settings_sha256", None) == digest:
+            records.append(record)
+    return {Path(record["file"]).name: record for record in records
+            if (out_dir / record["file"]).is_file() and sha256_file(out_dir / record["file"]) == record["sha256"]}
 
 
 def encode_corpus(
@@ -174,11 +209,13 @@ def encode_corpus(
     shard_size: int = DEFAULT_SHARD_SIZE,
     show_progress: bool = True,
     replace_other_settings: bool = False,
-) -> dict[str, Any]:
+    part: Part = Part(),
+) -> dict[str, Any] | None:
     """Encode ``documents`` into ``out_dir`` (resuming a partial run) and return the manifest.
 
     ``replace_other_settings`` re-encodes a folder left by other settings instead of refusing it
-    (for folders the caller owns, such as a regression's artifacts).
+    (for folders the caller owns, such as a regression's artifacts). With several processes
+    (``part``), each encodes its own shards; rank 0 merges them and returns the manifest, the others None.
     """
     out_dir = Path(out_dir)
     if not replace_other_settings:
@@ -192,39 +229,77 @@ def encode_corpus(
         "batch_size": encoder.batch_size,
         "sort_window": encoder.sort_window,
         "shard_size": shard_size,
+        "dtype": encoder.dtype,
     }
-    shards = _finished_shards(out_dir, load_manifest(out_dir), settings, replace_other_settings)
     model_name = str(getattr(encoder.model, "name_or_path", ""))
-    terms = escaped_vocabulary(encoder.vocabulary)
     vectors_dir = out_dir / VECTORS_DIRNAME
-    vectors_dir.mkdir(parents=True, exist_ok=True)
     expected_files = [f"part-{index:05d}.jsonl" for index in range(-(-len(documents) // shard_size))]
-    _remove_leftovers(out_dir, set(expected_files))
-
-    resume_at = min(len(shards) * shard_size, len(documents))
-    if resume_at < len(documents):
-        resume_at -= resume_at % encoder.sort_window  # the window holding it is encoded whole again
-    timings = _shard_timings(out_dir, shards, str(next(encoder.model.parameters()).device))
-    with _stage_progress(show_progress, len(documents), "encode documents", "doc", resume_at) as progress:
+    finished = _finished_shards(out_dir, load_manifest(out_dir), settings, replace_other_settings)
+    if part.rank == 0:  # before any process writes: the others' temporary files are not leftovers yet
+        vectors_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / RECEIPTS_DIRNAME).mkdir(exist_ok=True)
+        _remove_leftovers(out_dir, set(expected_files))
+        _write_manifest(out_dir, model_name, settings, _in_order(finished, expected_files))
+    part.barrier()
+    mine = [index for index, name in enumerate(expected_files) if part.owns(index) and name not in finished]
+    todo = _window_documents(mine, shard_size, encoder.sort_window, len(documents))
+    total, done = (len(documents), len(documents) - todo) if part.world == 1 else (todo, 0)
+    device, digest = str(encoder.device), _settings_digest(settings)
+    terms = escaped_vocabulary(encoder.vocabulary)
+    with _stage_progress(show_progress and part.rank == 0, total, "encode documents", "doc", done) as progress:
         windows = _AlignedWindows(encoder, documents, progress)
-        for index in range(len(shards), len(expected_files)):
+        for index in mine:
             start, stop = index * shard_size, min((index + 1) * shard_size, len(documents))
-            path = vectors_dir / expected_files[index]
             began = time.perf_counter()
-            shards.append(_write_shard(documents[start:stop], windows.vectors(start, stop), terms, quantization, path))
-            timings["seconds"][expected_files[index]] = round(time.perf_counter() - began, 3)
-            write_json(out_dir / TIMINGS_NAME, timings)
-            _write_manifest(out_dir, model_name, settings, shards)
-    return _write_manifest(out_dir, model_name, settings, shards, fingerprint_folder(vectors_dir))
+            record = _write_shard(documents[start:stop], windows.vectors(start, stop), terms, quantization,
+                                  vectors_dir / expected_files[index])
+            write_json(out_dir / RECEIPTS_DIRNAME / f"{expected_files[index]}.json",
+                       {**record, "settings_sha256": digest, "seconds": round(time.perf_counter() - began, 3),
+                        "device": device})
+            finished[expected_files[index]] = record
+            if part.world == 1:
+                _write_manifest(out_dir, model_name, settings, _in_order(finished, expected_files))
+    part.barrier()
+    if part.rank != 0:
+        return None
+    return _merge(out_dir, model_name, settings, expected_files)
 
 
-def _shard_timings(out_dir: Path, finished: list[dict], device: str) -> dict[str, Any]:
-    """The timings of the shards kept from an earlier run (when encoded on ``device``), to be extended."""
-    path = out_dir / TIMINGS_NAME
-    earlier = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    kept = {Path(shard["file"]).name for shard in finished}
-    seconds = earlier.get("seconds", {}) if earlier.get("device") == device else {}
-    return {"device": device, "seconds": {name: value for name, value in seconds.items() if name in kept}}
+def _window_documents(shards: list[int], shard_size: int, window: int, documents: int) -> int:
+    """How many documents encoding ``shards`` encodes: whole sort windows, each once."""
+    windows = {index for shard in shards
+               for index in range(shard * shard_size // window, (min((shard + 1) * shard_size, documents) - 1) // window + 1)}
+    return sum(min(window, documents - index * window) for index in windows)
+
+
+def _in_order(finished: dict[str, dict], expected_files: list[str]) -> list[dict]:
+    """The finished shards' records in corpus order, without the receipts' extra keys."""
+    keys = ("file", "documents", "total_terms", "sha256")
+    return [{key: finished[name][key] for key in keys} for name in expected_files if name in finished]
+
+
+def _merge(out_dir: Path, model: str, settings: dict, expected_files: list[str]) -> dict[str, Any]:
+    """The complete manifest and the shard timings from every process's receipts; the receipts go."""
+    receipts = out_dir / RECEIPTS_DIRNAME
+    finished = _finished_shards(out_dir, load_manifest(out_dir), settings, replace=False)
+    missing = [name for name in expected_files if name not in finished]
+    if missing:
+        raise VtreproError(f"{out_dir}: shard(s) {', '.join(missing[:3])} were not written (a process failed); "
+                           "rerun the same command to encode what is missing")
+    timings_path = out_dir / TIMINGS_NAME
+    earlier = json.loads(timings_path.read_text(encoding="utf-8")) if timings_path.is_file() else {}
+    seconds = {name: earlier.get("seconds", {}).get(name) for name in expected_files}
+    devices = {earlier["device"]} if earlier.get("device") else set()
+    for path in receipts.glob("*.json"):
+        receipt = json.loads(path.read_text(encoding="utf-8"))
+        seconds[Path(receipt["file"]).name] = receipt["seconds"]
+        devices.add(receipt["device"])
+    write_json(timings_path, {"device": ", ".join(sorted(devices)),
+                              "seconds": {name: value for name, value in seconds.items() if value is not None}})
+    manifest = _write_manifest(out_dir, model, settings, _in_order(finished, expected_files),
+                               fingerprint_folder(out_dir / VECTORS_DIRNAME))
+    shutil.rmtree(receipts, ignore_errors=True)
+    return manifest
 
 
 def _stage_progress(
@@ -267,6 +342,22 @@ def encode_queries(
     return vectors
 
 
+def _start_processes(device: str | None) -> tuple[Part, str | None]:
+    """This process's part of a torchrun job (gloo on CPU, nccl on GPU) and its device; a lone process
+    encodes everything."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return Part(), device
+    import torch
+    import torch.distributed as dist
+
+    if device is None and torch.cuda.is_available():
+        device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device and device.startswith("cuda") else "gloo")
+    return Part(dist.get_rank(), world), device
+
+
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser("encode", __doc__)
@@ -286,6 +377,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounding", default="half-even", choices=ROUNDINGS, help="weight rounding (default half-even)")
     parser.add_argument("--shard-size", type=positive_int, default=DEFAULT_SHARD_SIZE,
                         help=f"documents per shard (default {DEFAULT_SHARD_SIZE})")
+    parser.add_argument("--sort-window", type=positive_int, default=SORT_WINDOW,
+                        help=f"texts sorted by length into batches together (default {SORT_WINDOW}); vectors depend on "
+                             "it, so it is part of the settings. Give processes whole windows: a multiple of it as --shard-size")
+    parser.add_argument("--device", help="cpu, cuda or cuda:N (default: CUDA when present; under torchrun, "
+                                         "each process its LOCAL_RANK's GPU)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                        help="precision of the encoder body; head, pooling and bias stay float32 (default float32)")
     args = parser.parse_args(argv)
 
     if args.queries and not args.corpus:
@@ -302,14 +400,24 @@ def main(argv: list[str] | None = None) -> int:
     else:
         documents = read_corpus(args.corpus)
         queries = read_queries(args.queries) if args.queries else {}
+    part, device = _start_processes(args.device)
     encoder = SpladeEncoder(
         args.model,
         model_dir=args.model_dir,
         max_length_doc=args.max_length_doc,
         max_length_query=args.max_length_query,
         batch_size=args.batch_size,
+        sort_window=args.sort_window,
+        device=device,
+        dtype=args.dtype,
     )
-    manifest = encode_corpus(encoder, documents, args.output, quantization, args.shard_size)
+    manifest = encode_corpus(encoder, documents, args.output, quantization, args.shard_size, part=part)
+    if part.world > 1:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+    if manifest is None:  # another process of a torchrun job: rank 0 merged the shards
+        return 0
     if queries:
         encode_queries(encoder, queries, args.output / QUERIES_NAME, quantization)
     print(f"{manifest['documents']} documents, {manifest['total_terms']} impact total, {len(queries)} queries -> {args.output}")

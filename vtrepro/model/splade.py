@@ -33,6 +33,13 @@ A text's float32 weights depend on the batch it shares (padded length, matrix sh
 function of the input order, this window and the batch size alone; windows also bound memory."""
 HEAD_TOLERANCE = 1e-4
 UNBOUNDED_LENGTH = 1_000_000
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+"""Precisions of the encoder body; the MLM head, the pooling and the decoder bias stay in float32."""
+
+
+def default_device() -> str:
+    """CUDA when present, else the CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def splade_activation(max_logits: torch.Tensor) -> torch.Tensor:
@@ -57,6 +64,8 @@ class SpladeEncoder:
         batch_size: int = 32,
         sort_window: int = SORT_WINDOW,
         trust_remote_code: bool = False,
+        device: str | None = None,
+        dtype: str = "float32",
     ) -> None:
         for name, value in (("max_length_doc", max_length_doc), ("max_length_query", max_length_query),
                             ("batch_size", batch_size), ("sort_window", sort_window)):
@@ -71,9 +80,21 @@ class SpladeEncoder:
         self.special_ids: frozenset[int] = frozenset(self.tokenizer.all_special_ids)
         self._decoder = self.model.get_output_embeddings()
         self._head_transform = mlm_head_transform(str(model), self.model, self.tokenizer)
+        self.device, self.dtype = torch.device(device or default_device()), dtype
+        self._to_device(dtype)
         self._dropped_ids = torch.tensor(
             sorted(self.special_ids | set(range(len(self.tokenizer), self._decoder.out_features))), dtype=torch.long
         )
+
+    def _to_device(self, dtype: str) -> None:
+        """Move the model to the device; a half-precision body keeps the head in float32 (a tied decoder
+        gets its own float32 copy of the embeddings first)."""
+        if dtype not in DTYPES:
+            raise VtreproError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        if dtype != "float32":
+            self._decoder.weight = nn.Parameter(self._decoder.weight.detach().clone(), requires_grad=False)
+            self.model.base_model.to(DTYPES[dtype])
+        cast(nn.Module, self.model).to(self.device)
 
     def encode(self, texts: Sequence[str], kind: Kind, progress: Progress | None = None) -> list[SparseVector]:
         """Per text: (term ids int64 ascending, weights float32 > 0), special tokens and zeros removed; in input order.
@@ -127,16 +148,17 @@ class SpladeEncoder:
     @torch.inference_mode()
     def _pool(self, batch: BatchEncoding) -> torch.Tensor:
         """Max-pooled raw logits (batch, vocab): body once, head on real tokens only."""
+        batch = batch.to(self.device)
         hidden = self.model.base_model(**batch)[0]
         token_mask = batch["attention_mask"].bool()
-        transformed = self._head_transform(hidden[token_mask])
-        return _segment_max_projection(transformed, token_mask.sum(dim=1).tolist(), self._decoder)
+        transformed = self._head_transform(hidden[token_mask].float())
+        return _segment_max_projection(transformed, token_mask.sum(dim=1).tolist(), self._decoder).cpu()
 
 
 def _segment_max_projection(rows: torch.Tensor, lengths: list[int], decoder: nn.Linear) -> torch.Tensor:
     """Per segment of consecutive rows, max over its rows of ``decoder(row)``, never holding more than
     PROJECTION_ROWS rows of logits. The bias is added after pooling: max(x + b) = max(x) + b."""
-    pooled = torch.full((len(lengths), decoder.out_features), float("-inf"), dtype=torch.float32)
+    pooled = torch.full((len(lengths), decoder.out_features), float("-inf"), dtype=torch.float32, device=rows.device)
     ends = np.cumsum(lengths).tolist()
     starts = [end - length for end, length in zip(ends, lengths)]
     segment = 0

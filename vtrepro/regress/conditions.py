@@ -53,6 +53,12 @@ def _cached_build(folder: Path, settings: dict[str, Any], build: Callable[[Path]
     return folder
 
 
+def _corpus_file(folder: Path) -> Path:
+    """A BEIR folder's corpus file (``corpus.jsonl`` or ``corpus.jsonl.gz``)."""
+    plain = folder / "corpus.jsonl"
+    return plain if plain.is_file() else folder / "corpus.jsonl.gz"
+
+
 def trained_model(recipe_name: str, train_root: Path, model_dir: str | None, data_dir: str | None) -> str:
     """``<train_root>/<recipe>/final``, trained first by ``python -m vtrepro train`` unless it exists.
 
@@ -98,9 +104,10 @@ class ConditionRunner:
     (models of ``train`` recipes under ``<train_root>/<recipe>/``)."""
 
     def __init__(self, condition: Condition, spec: Spec, output: Path, model_dir: str | None, data_dir: str | None,
-                 threads: int, train_root: Path = Path("runs/train")):
+                 threads: int, train_root: Path = Path("runs/train"), encode_processes: int = 1):
         self.condition, self.spec, self.output, self.train_root = condition, spec, output, train_root
         self.model_dir, self.data_dir, self.threads = model_dir, data_dir, threads
+        self.encode_processes = encode_processes
         self._encoder = None
         self._model: str | None = None
         self._model_error: VtreproError | None = None
@@ -181,12 +188,33 @@ class ConditionRunner:
                           k1=self.condition.bm25["k1"], b=self.condition.bm25["b"], timing=timing)
         return run, stats, measure(artifacts / "index", index_seconds, timing)
 
+    def _encode_with_torchrun(self, dataset_folder: Path, artifacts: Path) -> None:
+        """Encode the corpus across ``encode_processes`` local processes (``torchrun``); the in-process
+        encode that follows finds every shard done and only checks and merges."""
+        if self.condition.trust_remote_code:
+            raise VtreproError(f"condition '{self.condition.name}' needs trust_remote_code, which --encode-procs does "
+                               "not pass on; encode it with one process")
+        settings, quantization = self.condition.encoder, self.condition.quantization
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   f"--nproc_per_node={self.encode_processes}", "-m", "vtrepro.encode", "--model", self.model,
+                   "--corpus", str(_corpus_file(dataset_folder)), "--output", str(artifacts),
+                   "--max-length-doc", str(settings.max_length_doc), "--batch-size", str(settings.batch_size),
+                   "--scale", str(quantization.scale), "--rounding", quantization.rounding]
+        command += ["--model-dir", self.model_dir] if self.model_dir else []
+        print(f"encoding with {self.encode_processes} processes: {' '.join(command)}", file=sys.stderr, flush=True)
+        if subprocess.run(command).returncode != 0:
+            raise VtreproError(f"the {self.encode_processes}-process encode of {dataset_folder} failed (its error is "
+                               "above); rerunning resumes at the unfinished shards")
+
     def _impact(self, dataset, queries: dict[str, str], artifacts: Path, encoded: EncodedVectors | None):
         """Search with ``encoded`` vectors, or encode the corpus and queries here first."""
 
         quantization = self.condition.quantization
         if encoded is None:
+            if self.encode_processes > 1:
+                self._encode_with_torchrun(dataset.path, artifacts)
             manifest = encode_corpus(self.encoder, dataset.corpus(), artifacts, quantization, replace_other_settings=True)
+            assert manifest is not None  # a lone process merges its own shards
             query_vectors = encode_queries(self.query_encoder, queries, artifacts / QUERIES_NAME, quantization)
             corpus = VectorSetSummary(manifest["fingerprint"], manifest["documents"], manifest["total_terms"])
             encoded = EncodedVectors(artifacts / VECTORS_DIRNAME, artifacts / QUERIES_NAME)

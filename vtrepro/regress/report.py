@@ -1,4 +1,5 @@
-"""The regression report: the terminal table, ``results.json`` and ``report.md``, and the environment they record."""
+"""A regression's record: the terminal table, ``results.json`` and ``results.csv``, the environment they
+record, and the comparison report of the run (:mod:`vtrepro.report`)."""
 from __future__ import annotations
 
 import importlib.metadata as metadata
@@ -37,7 +38,6 @@ def tally(rows: list[ResultRow]) -> str:
     return ", ".join(f"{count} {status}" for status, count in counts.items())
 
 
-_ALIGN = ("left", "left", "left", "left", "right", "right", "left", "left")
 COLUMNS = ("condition", "dataset", "metric", "tier", "expected", "observed", "status", "difference")
 
 

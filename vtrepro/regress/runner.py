@@ -22,7 +22,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from vtrepro.core.cli import add_data_dir, add_model_dir, add_threads, cli_entry, command_parser, os_error_message
+from vtrepro.core.cli import (
+    add_data_dir,
+    add_model_dir,
+    add_threads,
+    cli_entry,
+    command_parser,
+    os_error_message,
+    positive_int,
+)
 from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
 from vtrepro.core.io import check_output_folder
 from vtrepro.core.java import start_jvm
@@ -121,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     add_model_dir(parser)
     parser.add_argument("--output", type=Path, default=Path("runs"), help="artifacts and reports (default runs/)")
     add_threads(parser, "search threads (results do not depend on it; indexing always uses 1)")
+    parser.add_argument("--encode-procs", type=positive_int, default=1,
+                        help="encode each corpus with this many local processes (torchrun; one GPU each when "
+                             "there are GPUs); the vectors are those of one process")
     parser.add_argument("--vectors", type=Path,
                         help="use these encoded vectors instead of encoding: a bundle from 'python -m vtrepro export', "
                              "a folder laid out <condition>/<dataset>/, or one encoded corpus folder for one run")
@@ -198,7 +209,7 @@ def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: P
     try:
         for condition in spec.conditions:
             runner = ConditionRunner(condition, spec, out_dir, args.model_dir, args.data_dir, args.threads,
-                                     args.output / "train")
+                                     args.output / "train", args.encode_procs)
             observations: dict[str, Observation] = {}
             for dataset_run in condition.datasets:
                 key = (condition.name, dataset_run.name)
