@@ -161,3 +161,31 @@ def test_a_bfloat16_body_keeps_the_head_in_float32_and_agrees_with_float32(tiny_
     assert np.mean(shared) > 0.97 and min(shared) > 0.9, (np.mean(shared), min(shared))
     with pytest.raises(VtreproError, match="dtype must be one of float32, bfloat16, float16"):
         SpladeEncoder(splade_tiny, dtype="int8")
+
+
+@pytest.mark.parametrize("scale", [0.01, 1.0, 300.0])
+def test_the_bfloat16_screen_bounds_the_float32_logits(scale):
+    """|dense float32 logit - bfloat16 logit| <= c |h| |w| for every token row and column (the screen's bound)."""
+    from vtrepro.model.projection import screen_factor
+
+    generator = torch.Generator().manual_seed(0)
+    rows = torch.randn(200, 128, generator=generator) * scale
+    weight = torch.randn(3000, 128, generator=generator) * torch.rand(3000, 1, generator=generator)
+    dense = (rows.double() @ weight.double().T)  # the exact products; float32's own error is inside c
+    screened = (rows.bfloat16() @ weight.bfloat16().T).double()
+    bound = screen_factor(128) * rows.double().norm(dim=1)[:, None] * weight.double().norm(dim=1)[None, :]
+    assert ((dense - screened).abs() <= bound).all()
+
+
+def test_the_screened_projection_keeps_every_activated_column(splade_tiny, scifact_sample, tiny_encoder):
+    """Every column the dense path activates is computed exactly; the vectors equal the dense ones."""
+    screened = SpladeEncoder(splade_tiny, max_length_doc=256, projection="screened")
+    texts = [document.contents for document in scifact_sample]
+    dense_logits = tiny_encoder.max_logits(texts, "doc")
+    screened_logits = torch.cat([pooled for _, pooled in screened._pooled_batches(texts, "doc", screened=True)])
+    order = [position for positions, _ in screened._pooled_batches(texts, "doc") for position in positions]
+    dense_logits = dense_logits[order]
+    assert torch.isfinite(screened_logits[dense_logits > 0]).all()
+    assert screened.screened is not None and screened.screened.kept / screened.screened.columns < 0.05
+    for (dense_ids, dense_weights), (ids, weights) in zip(tiny_encoder.encode(texts, "doc"), screened.encode(texts, "doc")):
+        assert np.array_equal(dense_ids, ids) and np.abs(dense_weights - weights).max() <= 1e-6

@@ -230,6 +230,7 @@ def encode_corpus(
         "sort_window": encoder.sort_window,
         "shard_size": shard_size,
         "dtype": encoder.dtype,
+        "projection": encoder.projection,
     }
     model_name = str(getattr(encoder.model, "name_or_path", ""))
     vectors_dir = out_dir / VECTORS_DIRNAME
@@ -380,6 +381,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sort-window", type=positive_int, default=SORT_WINDOW,
                         help=f"texts sorted by length into batches together (default {SORT_WINDOW}); vectors depend on "
                              "it, so it is part of the settings. Give processes whole windows: a multiple of it as --shard-size")
+    parser.add_argument("--projection", default="dense", choices=("dense", "screened"),
+                        help="screened: a bfloat16 pass with a rigorous error bound picks the columns that can "
+                             "activate, computed exactly in float32 (faster where the CPU or GPU has bfloat16 "
+                             "arithmetic; see docs/performance.md); default dense")
     parser.add_argument("--device", help="cpu, cuda or cuda:N (default: CUDA when present; under torchrun, "
                                          "each process its LOCAL_RANK's GPU)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
@@ -410,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         sort_window=args.sort_window,
         device=device,
         dtype=args.dtype,
+        projection=args.projection,
     )
     manifest = encode_corpus(encoder, documents, args.output, quantization, args.shard_size, part=part)
     if part.world > 1:

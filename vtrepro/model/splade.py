@@ -7,6 +7,7 @@ monotone, so pooling the raw logits first gives the same weights while activatin
 from __future__ import annotations
 
 import copy
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Literal, Sequence, cast
 
@@ -17,6 +18,7 @@ from torch import nn
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.progress import Progress
 from vtrepro.model.loading import load_masked_lm
+from vtrepro.model.projection import PROJECTIONS, ScreenedProjection, dense_max_logits
 
 if TYPE_CHECKING:
     from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
@@ -24,8 +26,6 @@ if TYPE_CHECKING:
 Kind = Literal["doc", "query"]
 SparseVector = tuple[np.ndarray, np.ndarray]
 
-PROJECTION_ROWS = 128
-"""Token rows projected onto the vocabulary at once: their logits (~16 MB at 30k terms) stay in cache."""
 SORT_WINDOW = 2000
 """Texts are tokenized and sorted by length into batches within consecutive windows of this many texts.
 
@@ -66,6 +66,7 @@ class SpladeEncoder:
         trust_remote_code: bool = False,
         device: str | None = None,
         dtype: str = "float32",
+        projection: str = "dense",
     ) -> None:
         for name, value in (("max_length_doc", max_length_doc), ("max_length_query", max_length_query),
                             ("batch_size", batch_size), ("sort_window", sort_window)):
@@ -82,6 +83,11 @@ class SpladeEncoder:
         self._head_transform = mlm_head_transform(str(model), self.model, self.tokenizer)
         self.device, self.dtype = torch.device(device or default_device()), dtype
         self._to_device(dtype)
+        if projection not in PROJECTIONS:
+            raise VtreproError(f"projection must be one of {', '.join(PROJECTIONS)}, got {projection!r}")
+        self.projection = projection
+        self.screened = ScreenedProjection(self._decoder) if projection == "screened" else None
+        self.projection_seconds = 0.0  # time spent in the vocabulary projection (read by the benchmark)
         self._dropped_ids = torch.tensor(
             sorted(self.special_ids | set(range(len(self.tokenizer), self._decoder.out_features))), dtype=torch.long
         )
@@ -102,7 +108,7 @@ class SpladeEncoder:
         ``progress`` moves by each batch's number of texts as it is encoded.
         """
         vectors: list[SparseVector | None] = [None] * len(texts)
-        for positions, max_logits in self._pooled_batches(texts, kind):
+        for positions, max_logits in self._pooled_batches(texts, kind, screened=self.screened is not None):
             weights = splade_activation(max_logits)
             weights[:, self._dropped_ids] = 0.0
             for position, row in zip(positions, weights):
@@ -119,10 +125,12 @@ class SpladeEncoder:
             pooled[positions] = max_logits
         return pooled
 
-    def _pooled_batches(self, texts: Sequence[str], kind: Kind) -> Iterator[tuple[list[int], torch.Tensor]]:
-        """Yield (input positions, max-pooled logits) per length-sorted batch."""
+    def _pooled_batches(self, texts: Sequence[str], kind: Kind, screened: bool = False
+                        ) -> Iterator[tuple[list[int], torch.Tensor]]:
+        """Yield (input positions, max-pooled logits) per length-sorted batch; ``screened``: only the columns
+        that can activate hold their logit, the others -inf (:mod:`vtrepro.model.projection`)."""
         for positions, batch in self._sorted_batches(texts, self._max_length(kind)):
-            yield positions, self._pool(batch)
+            yield positions, self._pool(batch, screened)
 
     def _max_length(self, kind: Kind) -> int:
         if kind == "doc":
@@ -146,36 +154,21 @@ class SpladeEncoder:
                 yield [window_start + i for i in members], batch
 
     @torch.inference_mode()
-    def _pool(self, batch: BatchEncoding) -> torch.Tensor:
+    def _pool(self, batch: BatchEncoding, screened: bool) -> torch.Tensor:
         """Max-pooled raw logits (batch, vocab): body once, head on real tokens only."""
         batch = batch.to(self.device)
         hidden = self.model.base_model(**batch)[0]
         token_mask = batch["attention_mask"].bool()
         transformed = self._head_transform(hidden[token_mask].float())
-        return _segment_max_projection(transformed, token_mask.sum(dim=1).tolist(), self._decoder).cpu()
-
-
-def _segment_max_projection(rows: torch.Tensor, lengths: list[int], decoder: nn.Linear) -> torch.Tensor:
-    """Per segment of consecutive rows, max over its rows of ``decoder(row)``, never holding more than
-    PROJECTION_ROWS rows of logits. The bias is added after pooling: max(x + b) = max(x) + b."""
-    pooled = torch.full((len(lengths), decoder.out_features), float("-inf"), dtype=torch.float32, device=rows.device)
-    ends = np.cumsum(lengths).tolist()
-    starts = [end - length for end, length in zip(ends, lengths)]
-    segment = 0
-    for chunk_start in range(0, len(rows), PROJECTION_ROWS):
-        chunk_stop = min(chunk_start + PROJECTION_ROWS, len(rows))
-        logits = rows[chunk_start:chunk_stop] @ decoder.weight.T
-        while segment < len(lengths) and starts[segment] < chunk_stop:
-            low, high = max(starts[segment], chunk_start), min(ends[segment], chunk_stop)
-            if high > low:
-                torch.maximum(pooled[segment], logits[low - chunk_start : high - chunk_start].amax(dim=0),
-                              out=pooled[segment])
-            if ends[segment] > chunk_stop:
-                break
-            segment += 1
-    if decoder.bias is not None:
-        pooled += decoder.bias
-    return pooled
+        lengths = token_mask.sum(dim=1).tolist()
+        started = time.perf_counter()
+        if screened and self.screened is not None:
+            pooled = self.screened(transformed, lengths)
+        else:
+            pooled = dense_max_logits(transformed, lengths, self._decoder)
+        pooled = pooled.cpu()
+        self.projection_seconds += time.perf_counter() - started
+        return pooled
 
 
 def mlm_head_transform(name: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> nn.Module:
