@@ -21,7 +21,7 @@ export       regress.export        bundle a spec's encoded vectors with their fi
 report       report.command        compare results with each other and with published tables
 mlm          training.mlm          masked-language-model adaptation
 train        training.train        train a SPLADE model from a recipe
-bench        bench                 benchmarks (encoding throughput)
+bench        bench                 benchmarks (encoding throughput, Lucene vs PISA search)
 """
 COMMANDS: dict[str, tuple[str, str]] = {
     name: (f"vtrepro.{module}", summary)

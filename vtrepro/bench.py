@@ -2,7 +2,14 @@
 
 ``python -m vtrepro.bench encode`` times document encoding with :class:`SpladeEncoder` against
 sentence-transformers' ``SparseEncoder`` on the same model and documents, and checks that both give
-the same vectors (special tokens dropped). Exit status 1 when a weight differs by more than 1e-4.
+the same vectors (special tokens dropped). It prints the device and dtype, the achieved GFLOP/s of
+the vocabulary projection and of the whole encoder against a plain matrix product at the same
+shapes measured in the same run, and the screened projection's speed-up and agreement with the
+dense one. Exit status 1 when a weight differs by more than 1e-4.
+
+``python -m vtrepro.bench search --vectors FOLDER --queries queries.jsonl`` builds Lucene and PISA
+indexes of the same vectors and compares their build time, queries/s (1 and ``--threads`` threads)
+and latency (:mod:`vtrepro.search.engines`). Exit status 1 when their runs differ.
 """
 from __future__ import annotations
 
@@ -75,22 +82,40 @@ def main(argv: list[str] | None = None) -> int:
     encode.add_argument("--max-length", type=positive_int, default=512)
     encode.add_argument("--repeat", type=positive_int, default=1,
                         help="timed runs of each encoder, best kept (default 1)")
+    encode.add_argument("--device", help="cpu, cuda or cuda:N (default: CUDA when present)")
+    encode.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                        help="precision of vtrepro's encoder body (default float32)")
+    search = commands.add_parser("search", help="Lucene vs PISA search on the same vectors: speed and identical runs")
+    search.add_argument("--vectors", required=True, type=Path, help="encoded corpus or JsonVectorCollection folder")
+    search.add_argument("--queries", required=True, type=Path, help="encoded queries.jsonl ({id, vector})")
+    search.add_argument("--k", type=positive_int, default=1000, help="hits per query (default 1000)")
+    search.add_argument("--threads", type=positive_int, default=os.cpu_count() or 1,
+                        help="threads of the many-thread runs (default: all cores, %(default)s)")
+    search.add_argument("--index-dir", type=Path,
+                        help="folder keeping both indexes (lucene/, pisa/), reused while they hold these vectors "
+                             "(default: a temporary folder, both built)")
     args = parser.parse_args(argv)
+    if args.command == "search":
+        from vtrepro.search.engines import bench_search  # Anserini and PISA: only for this benchmark
+
+        machine = f"machine: {os.cpu_count()} cores ({_cpu_model()}), load average {os.getloadavg()[0]:.2f} at start"
+        return bench_search(args.vectors, args.queries, args.k, args.threads, args.index_dir, machine)
     return bench_encode(_default_model(args.model), args.dataset, args.data_dir, args.limit,
-                        args.batch_size, args.max_length, args.repeat)
+                        args.batch_size, args.max_length, args.repeat, args.device, args.dtype)
 
 
 def bench_encode(model: str, dataset: str, data_dir: str | None, limit: int, batch_size: int,
-                 max_length: int, repeat: int) -> int:
-    """Time both encoders on the same documents, print throughput and vector agreement."""
+                 max_length: int, repeat: int, device: str | None = None, dtype: str = "float32") -> int:
+    """Time both encoders on the same documents, print throughput and vector agreement, the achieved
+    GFLOP/s against the device's matrix-product rate, and the screened projection's speed-up."""
     from sentence_transformers import SparseEncoder
 
     from vtrepro.model.splade import SpladeEncoder
 
     documents = load_dataset(dataset, data_dir).corpus()
     texts = [document.contents for document in (documents[:limit] if limit else documents)]
-    ours = SpladeEncoder(model, max_length_doc=max_length, batch_size=batch_size)
-    theirs = SparseEncoder(resolve_model(model), device="cpu")
+    ours = SpladeEncoder(model, max_length_doc=max_length, batch_size=batch_size, device=device, dtype=dtype)
+    theirs = SparseEncoder(resolve_model(model), device=str(ours.device))
     theirs.max_seq_length = max_length
     token_counts = [len(ids) for ids in ours.tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]]
     print(_machine())
@@ -104,22 +129,62 @@ def bench_encode(model: str, dataset: str, data_dir: str | None, limit: int, bat
         return theirs.encode_document(batch, batch_size=batch_size)
 
     encode_ours(texts[:batch_size]), encode_theirs(texts[:batch_size])  # warm-up: lazy initialisation
+    ours.projection_seconds = 0.0
     our_timing, our_vectors = _best_of(repeat, "vtrepro SpladeEncoder", encode_ours, texts)
     their_timing, their_embeddings = _best_of(repeat, "sentence-transformers SparseEncoder", encode_theirs, texts)
     for timing in (our_timing, their_timing):
         print(f"{timing.name}: {timing.docs_per_second:.1f} docs/s "
               f"({timing.seconds:.1f} s, {timing.cores_used:.2f} cores busy)")
     print(f"speedup: {our_timing.docs_per_second / their_timing.docs_per_second:.2f}x")
+    print(f"device {ours.device}, body dtype {dtype}")
+    _report_arithmetic(ours, sum(token_counts), our_timing, repeat)
+    screened = _bench_screened(model, texts, batch_size, max_length, device, dtype, repeat, our_timing, our_vectors)
 
     agreement = compare(our_vectors, _sparse_rows(their_embeddings, ours.special_ids))
     print(f"vectors: max |weight difference| {agreement.max_abs_difference:.2e}; "
           f"quantized round(w*{QUANTIZATION_SCALE}) identical for {agreement.identical_quantized}/{agreement.documents} "
           f"docs ({agreement.identical_fraction:.2%}); {agreement.differing_impacts} impacts differ, "
           f"by at most {agreement.max_impact_difference}")
-    return EXIT_OK if agreement.max_abs_difference <= WEIGHT_TOLERANCE else EXIT_MISMATCH
+    agreed = agreement.max_abs_difference <= WEIGHT_TOLERANCE and screened.max_abs_difference <= WEIGHT_TOLERANCE
+    return EXIT_OK if agreed else EXIT_MISMATCH
 
 
-def compare(ours: Sequence[SparseVector], theirs: Sequence[SparseVector]) -> Agreement:
+def _report_arithmetic(encoder, tokens: int, timing: Timing, repeat: int) -> None:
+    """Achieved GFLOP/s of the projection and of the whole encoder, against a plain matrix product's rate
+    at the projection's shapes measured now on the same device."""
+    from vtrepro.model.throughput import encoder_flops, matmul_rate, projection_flops
+
+    ceiling = matmul_rate(encoder)
+    projection_seconds = encoder.projection_seconds / repeat
+    projection = projection_flops(tokens, encoder) / projection_seconds / 1e9
+    whole = encoder_flops(tokens, encoder) / timing.seconds / 1e9
+    print(f"arithmetic: float32 matmul at the projection's shapes {ceiling:.1f} GFLOP/s; projection "
+          f"{projection:.1f} GFLOP/s ({projection / ceiling:.0%}); whole encoder {whole:.1f} GFLOP/s "
+          f"({whole / ceiling:.0%}); the projection takes {projection_seconds / timing.seconds:.0%} of the time")
+
+
+def _bench_screened(model: str, texts: list[str], batch_size: int, max_length: int, device: str | None, dtype: str,
+                    repeat: int, dense: Timing, dense_vectors: Sequence[SparseVector]) -> Agreement:
+    """The screened projection on the same documents: its speed-up over the dense one and their agreement."""
+    from vtrepro.model.splade import SpladeEncoder
+
+    encoder = SpladeEncoder(model, max_length_doc=max_length, batch_size=batch_size, device=device, dtype=dtype,
+                            projection="screened")
+    encoder.encode(texts[:batch_size], kind="doc")  # warm-up
+    assert encoder.screened is not None
+    encoder.screened.kept = encoder.screened.columns = 0
+    timing, vectors = _best_of(repeat, "vtrepro screened", lambda batch: encoder.encode(batch, kind="doc"), texts)
+    agreement = compare(vectors, dense_vectors)
+    print(f"screened projection: {timing.docs_per_second:.1f} docs/s, "
+          f"{timing.docs_per_second / dense.docs_per_second:.2f}x the dense encoder; "
+          f"{encoder.screened.kept / encoder.screened.columns:.2%} of columns computed exactly; max |weight "
+          f"difference| to dense {agreement.max_abs_difference:.2e}, identical quantized vectors "
+          f"{agreement.identical_quantized}/{agreement.documents}")
+    return agreement
+
+
+def compare(
+ours: Sequence[SparseVector], theirs: Sequence[SparseVector]) -> Agreement:
     """Largest weight difference over all terms (a missing term weighs 0), and how the quantized vectors differ."""
     max_difference, identical, differing_impacts, max_impact_difference = 0.0, 0, 0, 0
     for (our_ids, our_weights), (their_ids, their_weights) in zip(ours, theirs, strict=True):

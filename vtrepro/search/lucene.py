@@ -6,6 +6,9 @@ Hits are ordered by score, ties by document id; a query's own id is removed from
 (the BEIR convention); the top ``k`` (default 1000) are kept. Impact scores are exact integer dot
 products: Anserini lowers tied scores by a few ulps to encode its docid tie-break, and that
 adjustment is undone here, since every impact score is an integer by construction.
+
+``--engine pisa`` gives the same run with PISA (:mod:`vtrepro.search.pisa`) from a PISA index
+folder, built there from ``--vectors`` when given (kept when it already holds those vectors).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from vtrepro.core.io import atomic_write, check_output_file, read_lines
 from vtrepro.core.java import java_class, java_errors
 from vtrepro.core.progress import Progress
 from vtrepro.encode.fingerprint import MAX_IMPACT, load_vectors
+from vtrepro.encode.writer import vectors_folder
 from vtrepro.index.lucene import is_lucene_index
 
 Run = dict[str, dict[str, float]]
@@ -214,16 +218,31 @@ def read_query_vectors(path: str | Path) -> dict[str, dict[str, int]]:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser("search", __doc__)
-    parser.add_argument("--index", required=True, type=Path, help="Lucene impact index")
+    parser.add_argument("--index", required=True, type=Path, help="Lucene impact index (PISA index with --engine pisa)")
+    parser.add_argument("--engine", choices=("lucene", "pisa"), default="lucene",
+                        help="lucene (default) or pisa: the same run, PISA's MaxScore is faster")
+    parser.add_argument("--vectors", type=Path,
+                        help="with --engine pisa: build the PISA index at --index from this JsonVectorCollection folder "
+                             "(kept when it already holds these vectors)")
     parser.add_argument("--queries", required=True, type=Path, help="encoded queries.jsonl ({id, vector})")
     parser.add_argument("--output", required=True, type=Path, help="TREC run file to write (replaced when complete)")
     parser.add_argument("--k", type=positive_int, default=1000, help="hits per query (default 1000)")
     add_threads(parser, "search threads (results do not depend on it)")
     parser.add_argument("--keep-query-id", action="store_true", help="keep hits whose docid equals the query id")
     args = parser.parse_args(argv)
+    if args.vectors is not None and args.engine != "pisa":
+        raise VtreproError("--vectors builds a PISA index: use it with --engine pisa (build Lucene indexes with "
+                           "'python -m vtrepro index')")
     check_output_file(args.output)
     queries = read_query_vectors(args.queries)
-    run = search_impact(_checked_index(args.index), queries, args.k, args.threads, not args.keep_query_id)
+    if args.engine == "pisa":
+        from vtrepro.search.pisa import ensure_pisa_index, search_pisa  # pyterrier_pisa: only for this engine
+
+        if args.vectors is not None:
+            ensure_pisa_index(vectors_folder(args.vectors), args.index)
+        run = search_pisa(args.index, queries, args.k, args.threads, not args.keep_query_id)
+    else:
+        run = search_impact(_checked_index(args.index), queries, args.k, args.threads, not args.keep_query_id)
     write_trec_run(run, args.output)
     print(f"{sum(map(len, run.values()))} hits for {len(run)} queries -> {args.output}")
     return 0

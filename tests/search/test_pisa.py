@@ -1,0 +1,163 @@
+"""PISA search beside Lucene on the same vectors: identical runs (top k, integer scores, ties by doc id)."""
+import json
+
+import pytest
+
+from conftest import HAND_MADE_DOCS, assert_one_error_line
+from vtrepro.bench import main as bench_main
+from vtrepro.core.errors import VtreproError
+from vtrepro.encode.vectors import escape_term
+from vtrepro.index.lucene import build_impact_index
+from vtrepro.search.lucene import main as search_main
+from vtrepro.search.lucene import read_query_vectors, search_impact, write_trec_run
+from vtrepro.search.pisa import (
+    _prepare,
+    _retrieve,
+    build_pisa_index,
+    ensure_pisa_index,
+    pisa_term,
+    read_pisa_meta,
+    search_pisa,
+)
+
+# HAND_MADE_DOCS, then four documents tied on "tie" written out of id order, and cased terms.
+DOCS = {**HAND_MADE_DOCS, **{doc: {"tie": 5, "Paris": 2} for doc in ("z", "m", "b", "a")}, "c": {"tie": 5, "paris": 1}}
+QUERIES = {
+    "q1": {"paris": 3, "france": 2, escape_term("new york"): 1},  # its own id is a document
+    "tied": {"tie": 1},
+    "cased": {"Paris": 2},
+    "mixed": {"Paris": 1, "paris": 2, "tie": 1, "texas": 3},
+    "nothing": {"absent": 4},
+    "empty": {},
+}
+
+
+def write_vectors(folder, docs):
+    folder.mkdir(parents=True)
+    with open(folder / "part-00000.jsonl", "w") as handle:
+        for doc_id, vector in docs.items():
+            handle.write(json.dumps({"id": doc_id, "contents": "", "vector": vector}) + "\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def both_indexes(tmp_path_factory):
+    """(vectors folder, Lucene index, PISA index) of ``DOCS``."""
+    root = tmp_path_factory.mktemp("engines")
+    vectors = write_vectors(root / "vectors", DOCS)
+    build_impact_index(vectors, root / "lucene")
+    build_pisa_index(vectors, root / "pisa")
+    return vectors, root / "lucene", root / "pisa"
+
+
+def dot(query, doc):
+    return sum(weight * DOCS[doc].get(term, 0) for term, weight in query.items())
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 10])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("remove_query_id", [True, False])
+def test_pisa_run_is_lucenes_run(both_indexes, k, threads, remove_query_id):
+    _, lucene, pisa = both_indexes
+    expected = search_impact(lucene, QUERIES, k, 1, remove_query_id)
+    run = search_pisa(pisa, QUERIES, k, threads, remove_query_id)
+    assert list(run) == list(expected)
+    assert {qid: list(hits.items()) for qid, hits in run.items()} == {qid: list(hits.items()) for qid, hits in expected.items()}
+
+
+def test_scores_are_exact_integer_dot_products_with_cased_terms_kept(both_indexes):
+    _, _, pisa = both_indexes
+    run = search_pisa(pisa, QUERIES, k=20)
+    for qid, hits in run.items():
+        assert hits == {doc: float(dot(QUERIES[qid], doc)) for doc in hits}
+    assert "q1" not in run["q1"] and list(run["q1"]) == ["d1", "d3", "d2", "c"]
+    assert run["cased"] == {doc: 4.0 for doc in ("a", "b", "m", "z")}  # PISA alone would lowercase 'Paris'
+    doubled = search_pisa(pisa, {"q": {term: 2 * weight for term, weight in QUERIES["mixed"].items()}}, k=20)
+    assert doubled["q"] == {doc: 2 * score for doc, score in run["mixed"].items()}
+    assert run["nothing"] == run["empty"] == {}
+
+
+def test_a_tie_that_pisa_cuts_at_the_boundary_is_completed_by_document_id(both_indexes):
+    _, _, pisa = both_indexes
+    own_top_two = _retrieve(_prepare(pisa), [{pisa_term("tie"): 1.0}], 2, 1)[0]
+    assert len(own_top_two) == 2 and ("a", 5.0) not in own_top_two  # PISA keeps the first tied documents it meets
+    assert search_pisa(pisa, {"tied": {"tie": 1}}, k=1) == {"tied": {"a": 5.0}}
+    assert list(search_pisa(pisa, {"tied": {"tie": 1}}, k=3)["tied"]) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(("weight", "message"), [(1.5, "integer weights from 1"), (0, "integer weights from 1"),
+                                                 (True, "integer weights from 1"), (2**20, "beyond 2\\^24")])
+def test_weights_pisa_cannot_score_exactly_are_refused(both_indexes, weight, message):
+    _, _, pisa = both_indexes
+    with pytest.raises(VtreproError, match=message):
+        search_pisa(pisa, {"q": {"paris": weight}})
+
+
+def test_index_is_kept_for_the_same_vectors_and_rebuilt_for_others(tmp_path):
+    vectors = write_vectors(tmp_path / "vectors", HAND_MADE_DOCS)
+    meta, seconds = ensure_pisa_index(vectors, tmp_path / "pisa")
+    assert seconds is not None and meta["documents"] == len(HAND_MADE_DOCS)
+    assert meta["total_terms"] == sum(sum(vector.values()) for vector in HAND_MADE_DOCS.values())
+    assert ensure_pisa_index(vectors, tmp_path / "pisa") == (meta, None)
+    write_vectors(tmp_path / "other", {"d9": {"paris": 7}})
+    other, seconds = ensure_pisa_index(tmp_path / "other", tmp_path / "pisa")
+    assert seconds is not None and other["documents"] == 1 and read_pisa_meta(tmp_path / "pisa") == other
+    assert search_pisa(tmp_path / "pisa", {"q": {"paris": 1}}) == {"q": {"d9": 7.0}}
+    assert [path.name for path in tmp_path.iterdir() if path.name.startswith(".")] == []
+
+
+def test_missing_or_foreign_pisa_index_is_a_clear_error(tmp_path):
+    with pytest.raises(VtreproError, match="not a PISA index"):
+        search_pisa(tmp_path, {"q": {"paris": 1}})
+    (tmp_path / "notes.txt").write_text("mine")
+    vectors = write_vectors(tmp_path / "v", HAND_MADE_DOCS)
+    with pytest.raises(VtreproError, match="refusing to replace it"):
+        build_pisa_index(vectors, tmp_path)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "part-00000.jsonl").write_text("")
+    with pytest.raises(VtreproError, match="hold no documents"):
+        build_pisa_index(tmp_path / "empty", tmp_path / "pisa")
+
+
+def test_search_command_writes_the_same_run_file_with_either_engine(both_indexes, tmp_path, capsys):
+    vectors, lucene, _ = both_indexes
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text("".join(json.dumps({"id": qid, "vector": vector}) + "\n"
+                               for qid, vector in QUERIES.items() if vector))
+    common = ["--queries", str(queries), "--k", "3"]
+    assert search_main(["--index", str(lucene), "--output", str(tmp_path / "lucene.trec"), *common]) == 0
+    assert search_main(["--engine", "pisa", "--vectors", str(vectors), "--index", str(tmp_path / "pisa"),
+                        "--output", str(tmp_path / "pisa.trec"), "--threads", "2", *common]) == 0
+    assert (tmp_path / "pisa.trec").read_bytes() == (tmp_path / "lucene.trec").read_bytes()
+    capsys.readouterr()
+    code = search_main(["--index", str(lucene), "--vectors", str(vectors), "--output", str(tmp_path / "x"), *common])
+    assert_one_error_line(code, capsys.readouterr().err, "--vectors builds a PISA index")
+    code = search_main(["--engine", "pisa", "--index", str(lucene), "--output", str(tmp_path / "x"), *common])
+    assert_one_error_line(code, capsys.readouterr().err, "not a PISA index")
+
+
+def test_bench_search_reports_the_ratio_and_identical_runs(both_indexes, tmp_path, capsys):
+    vectors, _, _ = both_indexes
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text("".join(json.dumps({"id": qid, "vector": vector}) + "\n" for qid, vector in QUERIES.items()))
+    argv = ["search", "--vectors", str(vectors), "--queries", str(queries), "--k", "2", "--threads", "2",
+            "--index-dir", str(tmp_path / "indexes")]
+    assert bench_main(argv) == 0
+    out = capsys.readouterr().out
+    assert "PISA/Lucene queries/s: " in out and "x with 1 thread, " in out and "x with 2 threads" in out
+    assert f"runs: identical (4 runs x {len(QUERIES)} queries, top 2" in out
+    assert bench_main(argv) == 0  # both indexes kept
+    assert capsys.readouterr().out.count("kept") == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dataset", ["scifact", "nfcorpus"])
+def test_pisa_writes_the_regression_run_file_byte_for_byte(splade_tiny_run, dataset, tmp_path):
+    """Every test query of scifact and nfcorpus, top 1000: PISA's run file is the Lucene run the regression wrote."""
+    _, out_dir, _ = splade_tiny_run
+    folder = out_dir / "splade-tiny" / dataset
+    build_pisa_index(folder / "vectors", tmp_path / "pisa")
+    run = search_pisa(tmp_path / "pisa", read_query_vectors(folder / "queries.jsonl"), k=1000, threads=2)
+    write_trec_run(run, tmp_path / "run.trec", tag="vtrepro-splade-tiny")
+    assert (tmp_path / "run.trec").read_bytes() == (folder / "run.trec").read_bytes()

@@ -1,0 +1,280 @@
+"""Exact impact search with PISA (through pyterrier-pisa's bindings): the same runs as Lucene, faster.
+
+:func:`build_pisa_index` indexes the JsonVectorCollection folder Lucene indexes; :func:`search_pisa`
+returns what :func:`vtrepro.search.lucene.search_impact` returns for the same vectors: the same top
+``k``, the same integer scores, ties by document id, a query's own id removed. How PISA is set up so:
+
+- impacts are posted as term frequencies, as they are (scale 1), and scored with PISA's
+  ``quantized`` scorer (query weight x frequency): no stemmer, no stopwords;
+- terms are posted as the hex of their UTF-8 bytes: PISA lowercases query terms, which would
+  send ``Paris`` to ``paris``;
+- an integer query weight is exact: the bindings repeat a term ``weight`` times and PISA's weighted
+  query counts the repeats; a weight of 0 is refused (Lucene would list documents scoring 0 for it);
+- scores are float32 sums, exact integers while the highest score a query could reach (its summed
+  weights x the collection's largest impact) stays below 2^24: a query that could go beyond is refused;
+- MaxScore: on long SPLADE queries BlockMax-WAND is slower than Lucene at k=10 (scifact, splade-tiny).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from array import array
+from pathlib import Path
+from typing import Iterator, Mapping
+
+import numpy as np
+
+from vtrepro.core.cli import verbose
+from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import write_json
+from vtrepro.core.progress import Progress
+from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files, read_vectors, vector_files
+from vtrepro.search.lucene import Run, SearchTiming
+
+# pyterrier_pisa is imported where it is used, on purpose: it imports pyterrier, pandas and ir_datasets
+# (over a second), which `search --help` and Lucene searches do not need.
+
+META_NAME = "vtrepro-pisa.json"
+META_FORMAT = "vtrepro.pisa-index/1"
+ENCODING = "block_simdbp"
+ALGORITHM = "maxscore"
+EXACT_SCORE_LIMIT = 2**24
+"""float32 holds every integer below this exactly, and so every partial sum of a score below it."""
+
+
+def pisa_term(term: str) -> str:
+    """The token PISA stores for ``term``: its UTF-8 bytes in hex, untouched by PISA's lowercasing."""
+    return term.encode("utf-8").hex()
+
+
+def read_pisa_meta(index_dir: str | Path) -> dict | None:
+    """What :func:`build_pisa_index` recorded about a PISA index folder, or None when it holds none."""
+    path = Path(index_dir) / META_NAME
+    if not path.is_file():
+        return None
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise VtreproError(f"{path}:{error.lineno}: corrupt ({error.msg}); delete the folder and build it again") from None
+    return meta if isinstance(meta, dict) and meta.get("format") == META_FORMAT else None
+
+
+def build_pisa_index(vectors_dir: str | Path, index_dir: str | Path,
+                     expected: VectorSetSummary | None = None) -> dict:
+    """PISA index of a JsonVectorCollection folder (checked as for Lucene unless ``expected`` summarizes
+    it already), built beside ``index_dir`` and moved into place when complete; returns its metadata."""
+    index_dir = Path(index_dir)
+    if index_dir.is_file() or (index_dir.is_dir() and any(index_dir.iterdir()) and read_pisa_meta(index_dir) is None):
+        raise VtreproError(f"{index_dir}: exists and is not a PISA index; refusing to replace it: remove it or "
+                           "choose another PISA index folder")
+    files = vector_files(vectors_dir)
+    expected = expected or fingerprint_files(files)
+    if not expected.count:
+        raise VtreproError(f"{vectors_dir}: the vector files hold no documents; point at an encoded corpus")
+    index_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.", suffix=".tmp", dir=index_dir.parent))
+    try:
+        meta = _write_index(files, staging, expected)
+        aside = staging.with_suffix(".old")
+        if index_dir.exists():
+            index_dir.rename(aside)
+        staging.rename(index_dir)
+        shutil.rmtree(aside, ignore_errors=True)
+        return meta
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def ensure_pisa_index(vectors_dir: str | Path, index_dir: str | Path) -> tuple[dict, float | None]:
+    """The PISA index of ``vectors_dir`` at ``index_dir``, kept when it holds exactly these vectors (same
+    fingerprint) and built otherwise: (its metadata, build seconds or None when kept)."""
+    summary = fingerprint_files(vector_files(vectors_dir))
+    meta = read_pisa_meta(index_dir)
+    if meta is not None and meta["vectors_sha256"] == summary.sha256:
+        return meta, None
+    began = time.perf_counter()
+    meta = build_pisa_index(vectors_dir, index_dir, expected=summary)
+    return meta, time.perf_counter() - began
+
+
+def _write_index(files: list[Path], folder: Path, expected: VectorSetSummary) -> dict:
+    """PISA's binary collection (``inv.docs``, ``inv.freqs``, ``inv.sizes``: uint32 sequences, each list
+    led by its length) and lexicons, then its compressed index and score bounds."""
+    doc_ids: list[str] = []
+    term_ids: dict[str, int] = {}
+    posting_docs, posting_terms, impacts = array("I"), array("I"), array("I")
+    with Progress(expected.count, "index (PISA)", "doc") as progress:
+        for _, _, doc_id, vector in read_vectors(files):
+            for term, impact in vector.items():
+                posting_docs.append(len(doc_ids))
+                posting_terms.append(term_ids.setdefault(pisa_term(term), len(term_ids)))
+                impacts.append(impact)
+            doc_ids.append(doc_id)
+            progress.update()
+    tokens = sorted(term_ids)  # PISA's lexicon is searched by bisection
+    rank = np.empty(len(tokens), dtype=np.uint32)
+    rank[[term_ids[token] for token in tokens]] = np.arange(len(tokens), dtype=np.uint32)
+    terms = rank[np.frombuffer(posting_terms, dtype=np.uint32)]
+    order = np.lexsort((np.frombuffer(posting_docs, dtype=np.uint32), terms))
+    counts = np.bincount(terms, minlength=len(tokens)).astype(np.uint32)
+    starts = np.cumsum(counts, dtype=np.int64) - counts
+    documents = np.frombuffer(posting_docs, dtype=np.uint32)[order]
+    header = np.array([1, len(doc_ids)], dtype=np.uint32)
+    np.concatenate((header, np.insert(documents, starts, counts))).tofile(folder / "inv.docs")
+    np.insert(np.frombuffer(impacts, dtype=np.uint32)[order], starts, counts).tofile(folder / "inv.freqs")
+    lengths = np.bincount(np.frombuffer(posting_docs, dtype=np.uint32), minlength=len(doc_ids))  # unused by the scorer
+    np.concatenate(([len(doc_ids)], lengths)).astype(np.uint32).tofile(folder / "inv.sizes")
+    (folder / "fwd.terms").write_text("".join(f"{token}\n" for token in tokens), encoding="utf-8")
+    (folder / "fwd.documents").write_text("".join(f"{doc_id}\n" for doc_id in doc_ids), encoding="utf-8")
+    with _native_output_quiet():
+        pisathon = _pisathon()
+        pisathon.build_binlex(str(folder / "fwd.terms"), str(folder / "fwd.termlex"))
+        pisathon.build_binlex(str(folder / "fwd.documents"), str(folder / "fwd.doclex"))
+        _prepare(folder)  # compresses the index and stores the score bounds, once
+    meta = {"format": META_FORMAT, "vectors_sha256": expected.sha256, "documents": len(doc_ids),
+            "unique_terms": len(tokens), "total_terms": expected.total_impact, "max_impact": max(impacts, default=0),
+            "encoding": ENCODING}
+    write_json(folder / META_NAME, meta)
+    return meta
+
+
+@contextlib.contextmanager
+def _native_output_quiet() -> Iterator[None]:
+    """PISA's C++ logs and bars write to file descriptors 1 and 2: into a temporary file while it builds
+    (shown when the build fails), unless ``--verbose``."""
+    if verbose():
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            _restore(saved)
+            log.seek(0)
+            sys.stderr.write(log.read().decode("utf-8", "replace"))
+            raise
+        _restore(saved)
+
+
+def _restore(saved: list[int]) -> None:
+    for fd, copy in zip((1, 2), saved):
+        os.dup2(copy, fd)
+        os.close(copy)
+
+
+def _pisathon():
+    from pyterrier_pisa import _pisathon
+
+    return _pisathon
+
+
+def _prepare(index_dir: Path):
+    """PISA's retrieval context over ``index_dir`` (quantized scorer, no stemmer, no stopwords)."""
+    pisathon = _pisathon()
+    context = pisathon.RetrievalContext()
+    pisathon.prepare_index(context, str(index_dir), ENCODING, "quantized", "", quantize=0, stop_fname="")
+    return context
+
+
+def _checked_pisa_index(index_dir: str | Path) -> dict:
+    meta = read_pisa_meta(index_dir)
+    if meta is None:
+        raise VtreproError(f"{index_dir}: not a PISA index (no {META_NAME}); add --vectors FOLDER to "
+                           "'python -m vtrepro search --engine pisa' to build it there")
+    return meta
+
+
+def _pisa_queries(queries: Mapping[str, Mapping[str, int]], max_impact: int) -> list[dict[str, float]]:
+    """Each query as PISA's bindings take it ({hex term: weight as a float}: they read it as a C double
+    without converting), refused where PISA would not be exact."""
+    converted = []
+    for qid, vector in queries.items():
+        for term, weight in vector.items():
+            if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
+                raise VtreproError(f"query '{qid}' has weight {weight!r} for '{term}': the PISA engine takes integer "
+                                   "weights from 1 (quantize query vectors; drop zero weights)")
+        if sum(vector.values()) * max_impact >= EXACT_SCORE_LIMIT:
+            raise VtreproError(f"query '{qid}' could score {sum(vector.values()) * max_impact} (summed weights x largest "
+                               f"impact), beyond 2^24 where PISA's float scores stop being exact; use --engine lucene")
+        converted.append({pisa_term(term): float(weight) for term, weight in vector.items()})
+    return converted
+
+
+def _retrieve(context, queries: list[dict[str, float]], depth: int, threads: int) -> list[list[tuple[str, float]]]:
+    """PISA's top ``depth`` (score, then PISA's internal order) of each query."""
+    size = len(queries) * depth
+    qidxs, docnos = np.empty(size, dtype=np.int32), np.empty(size, dtype=object)
+    ranks, scores = np.empty(size, dtype=np.int32), np.empty(size, dtype=np.float32)
+    found = _pisathon().retrieve(context, ALGORITHM, list(enumerate(queries)), k=depth, threads=threads,
+                                 query_weighted=1, pretokenised=True, result_qidxs=qidxs, result_docnos=docnos,
+                                 result_ranks=ranks, result_scores=scores)
+    hits: list[list[tuple[str, float]]] = [[] for _ in queries]
+    for position in range(found):
+        hits[qidxs[position]].append((docnos[position], float(scores[position])))
+    return hits
+
+
+def _complete(hits: list[tuple[str, float]], depth: int, wanted: int) -> bool:
+    """Whether ``hits`` (PISA's top ``depth``) hold every document scoring at least the ``wanted``-th score.
+
+    PISA's top-k is exact in scores but keeps an arbitrary part of the documents tied at its last
+    score. When that last score is below the ``wanted``-th (or fewer than ``depth`` documents match),
+    every document scoring at least the ``wanted``-th is among the hits, so ordering them by score then
+    document id and cutting at ``wanted`` gives Lucene's top ``k`` exactly; otherwise search deeper.
+    """
+    return len(hits) < depth or hits[wanted - 1][1] > hits[-1][1]
+
+
+def _collect(qid: str, hits: list[tuple[str, float]], k: int, remove_query_id: bool) -> dict[str, float]:
+    kept = sorted((hit for hit in hits if not (remove_query_id and hit[0] == qid)), key=lambda hit: (-hit[1], hit[0]))
+    return dict(kept[:k])
+
+
+def search_pisa(
+    index_dir: str | Path,
+    queries: Mapping[str, Mapping[str, int]],
+    k: int = 1000,
+    threads: int = 1,
+    remove_query_id: bool = True,
+    timing: SearchTiming | None = None,
+) -> Run:
+    """Impact search with PISA: the run :func:`vtrepro.search.lucene.search_impact` gives for the same
+    vectors; ``timing`` as there (per query with one thread; all queries in one call with more)."""
+    meta = _checked_pisa_index(index_dir)
+    qids = list(queries)
+    converted = _pisa_queries(queries, meta["max_impact"])
+    context = _prepare(Path(index_dir))
+    wanted = k + int(remove_query_id)
+    timing = timing if timing is not None else SearchTiming()
+    timing.threads, timing.queries, timing.latencies = threads, len(qids), []
+    found: dict[int, list[tuple[str, float]]] = {}
+    started = time.perf_counter()
+    with Progress(len(qids), "search (PISA)", "query") as progress:
+        if threads == 1:
+            for position, query in enumerate(converted):
+                began, depth = time.perf_counter(), wanted + 1
+                while not _complete(hits := _retrieve(context, [query], depth, 1)[0], depth, wanted):
+                    depth *= 2
+                timing.latencies.append(time.perf_counter() - began)
+                found[position] = hits
+                progress.update()
+        else:
+            pending, depth = list(range(len(qids))), wanted + 1
+            while pending:
+                batch = _retrieve(context, [converted[position] for position in pending], depth, threads)
+                found.update(zip(pending, batch))
+                progress.update(sum(_complete(hits, depth, wanted) for hits in batch))
+                pending = [position for position, hits in zip(pending, batch) if not _complete(hits, depth, wanted)]
+                depth *= 2
+    timing.seconds = time.perf_counter() - started
+    return {qid: _collect(qid, found[position], k, remove_query_id) for position, qid in enumerate(qids)}
