@@ -249,6 +249,7 @@ def test_search_on_a_missing_or_wrong_index_keeps_the_previous_run(index, tmp_pa
     assert run.read_text() == "q1 Q0 d0 1 5.000000 earlier\n"
 
 
+@pytest.mark.slow  # over 4 s: keeps the fast run under 3 minutes
 def test_regress_keeps_the_results_of_runs_that_finished(tmp_path):
     data = _mini_beir(tmp_path / "data", GOOD_CORPUS, GOOD_QUERIES, GOOD_QRELS)
     bad = data / "beir" / "broken"

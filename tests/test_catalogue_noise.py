@@ -87,6 +87,7 @@ def java_homes() -> dict[str, str | None]:
 
 # (a) progress --------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # over 4 s: keeps the fast run under 3 minutes
 def test_encode_prints_one_progress_line_per_stage_with_count_and_rate(encoded):
     _, _, stdout, stderr = encoded
     lines = stderr.splitlines()
@@ -98,6 +99,7 @@ def test_encode_prints_one_progress_line_per_stage_with_count_and_rate(encoded):
     assert f"{len(DOCUMENTS)} documents" in stdout and f"{len(QUERIES)} queries" in stdout
 
 
+@pytest.mark.slow  # over 4 s: keeps the fast run under 3 minutes
 def test_resumed_encode_reports_what_it_did_not_redo(encoded, inputs, splade_tiny):
     folder, *_ = encoded
     code, _, stderr = run("vtrepro.encode", "--model", splade_tiny, "--corpus", inputs / "corpus.jsonl",
@@ -108,6 +110,7 @@ def test_resumed_encode_reports_what_it_did_not_redo(encoded, inputs, splade_tin
 
 # (b) third-party noise ------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # over 4 s: keeps the fast run under 3 minutes
 def test_encode_is_quiet_unless_verbose(encoded, inputs, splade_tiny, tmp_path):
     _, _, _, quiet = encoded
     assert not NOISE.search(quiet), quiet
@@ -117,6 +120,7 @@ def test_encode_is_quiet_unless_verbose(encoded, inputs, splade_tiny, tmp_path):
     assert "Loading weights" in verbose  # transformers' own bar, shown again
 
 
+@pytest.mark.slow  # over 4 s: keeps the fast run under 3 minutes
 @pytest.mark.parametrize("java_home", list(java_homes().values()), ids=list(java_homes()))
 def test_index_and_search_are_quiet_unless_verbose(encoded, tmp_path, java_home):
     folder, *_ = encoded
@@ -159,6 +163,7 @@ def test_unknown_hub_id_without_models_root_says_to_set_it(inputs, tmp_path):
     assert_one_line_error(result, "ROOT/some-org/unknown-model", "VTREPRO_MODELS=ROOT")
 
 
+@pytest.mark.slow  # over 4 s: keeps the fast run under 3 minutes
 def test_hub_id_in_the_hugging_face_cache_still_loads_offline(inputs, splade_tiny, tmp_path):
     snapshot = tmp_path / "hub" / "models--some-org--cached-model" / "snapshots" / "0123abc"
     snapshot.mkdir(parents=True)

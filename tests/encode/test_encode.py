@@ -67,6 +67,7 @@ def test_interrupted_encode_resumes_without_duplicates_or_gaps(tmp_path, tiny_en
     assert shard_bytes(tmp_path / "resumed") == shard_bytes(tmp_path / "whole")
 
 
+@pytest.mark.slow  # over 4 s: keeps the fast run under 3 minutes
 def test_vectors_depend_on_neither_shard_size_nor_resume_point(tmp_path, tiny_encoder, scifact_sample):
     """Batches are formed in sort windows counted from the corpus start, so shards of any size and a
     run resumed in the middle of a window hold the same vectors: the same fingerprint."""

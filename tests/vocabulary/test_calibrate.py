@@ -47,6 +47,7 @@ def test_thresholds_and_activity_on_known_logits() -> None:
     assert activity(logits, 0.0, query_logits=logits[:1] - 2)["flops"] == 1.0  # only term 0 in queries
 
 
+@pytest.mark.slow  # over 4 s: keeps the fast run under 3 minutes
 def test_apc_brings_shifted_biases_back(encoder: SpladeEncoder, texts: list[str]) -> None:
     original = activity(pooled_logits(encoder, texts), 0.0)
     cut = 100 * (1 - original["positive_share"])

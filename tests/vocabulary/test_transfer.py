@@ -289,6 +289,7 @@ def test_bad_inputs_are_one_line_errors(bpe_tokenizer, splade, splade_tiny: Path
 # ---------------------------------------------------------------------------- leave-out
 
 
+@pytest.mark.slow  # over 4 s: keeps the fast run under 3 minutes
 def test_leaveout_rows_are_rebuilt_best_by_topology(splade, splade_tiny: Path, minilm: Path) -> None:
     full, tokenizer = splade
     source, source_tokenizer, held = make_leaveout_source(splade_tiny, fraction=0.1, seed=0)
