@@ -186,15 +186,16 @@ def write_html(report: Report, path: Path) -> None:
         cells = []
         for column, value in line.items():
             kind = matrix.kinds[str(column)]
-            command = matrix.commands.get((str(column), str(dataset)))
-            title = f' title="{html.escape(command)}"' if command else ""
+            source = matrix.commands.get((str(column), str(dataset))) or matrix.citations.get((str(column), str(dataset)))
+            title = f' title="{html.escape(source)}"' if source else ""
             css = value if kind == "status" else ("published" if kind == "published" else "number")
             cells.append(f'<td class="{css}"{title}>{html.escape(value)}</td>')
         average = ' class="average"' if str(dataset).startswith("average") else ""
         rows.append(f"<tr{average}><th>{html.escape(str(dataset))}</th>{''.join(cells)}</tr>")
     body.append(f'<table class="matrix"><tr><th>dataset</th>{head}</tr>{"".join(rows)}</table>')
     body.append("".join(f'<p class="note">{html.escape(note)}</p>' for note in matrix.notes))
-    body.append('<p class="note">Hover over a score for the command that reproduces it (listed under Commands).</p>')
+    body.append('<p class="note">Hover over a score for the command that reproduces it (listed under Commands), '
+                'over a published value for its citation.</p>')
     for caption, png in report.figures.values():
         encoded = base64.b64encode(png).decode("ascii")
         body.append(f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{encoded}">'

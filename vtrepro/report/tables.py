@@ -38,6 +38,7 @@ class Matrix:
     kinds: dict[str, str]  # column -> "observed", "delta", "status", "published", "p"
     commands: dict[tuple[str, str], str] = field(default_factory=dict)  # (column, dataset) -> command
     notes: list[str] = field(default_factory=list)
+    citations: dict[tuple[str, str], str] = field(default_factory=dict)  # (published column, dataset) -> citation
 
 
 def observed_systems(results: list[Results]) -> list[System]:
@@ -94,11 +95,13 @@ def beir_matrix(systems: list[System], published: list[PublishedSystem], metric:
         if baseline is not None and system is not baseline:
             columns[f"{system.label} p vs {baseline.label}"] = _p_values(system, baseline, metric, datasets)
             kinds[f"{system.label} p vs {baseline.label}"] = "p"
+    citations: dict[tuple[str, str], str] = {}
     for reference in published:
         column = f"{reference.label} (published)"
         columns[column] = {dataset: values[metric] for dataset, values in reference.datasets.items()
                            if metric in values and dataset in datasets}
         kinds[column] = "published"
+        citations.update({(column, dataset): reference.citation_of(dataset) for dataset in columns[column]})
     table = pd.DataFrame(columns, index=pd.Index(datasets, name="dataset"), dtype=object)
     table.loc[AVERAGE] = _averages(table, kinds, datasets)
     stated = {f"{system.label} (published)": system.average[metric] for system in published if metric in system.average}
@@ -108,7 +111,7 @@ def beir_matrix(systems: list[System], published: list[PublishedSystem], metric:
         notes += [f"{system.label}: the source's own average over {len(system.average_datasets)} datasets"
                   f"{' (derived: ' + system.derived + ')' if system.derived else ''}; {system.citation}"
                   for system in published if metric in system.average]
-    return Matrix(metric, table, kinds, commands, notes)
+    return Matrix(metric, table, kinds, commands, notes, citations)
 
 
 def _p_values(system: System, baseline: System, metric: str, datasets: list[str]) -> dict[str, float]:
