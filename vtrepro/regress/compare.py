@@ -10,10 +10,15 @@ from vtrepro.encode.fingerprint import (
 from vtrepro.regress.efficiency import Efficiency
 from vtrepro.regress.spec import Condition, DatasetRun
 from vtrepro.report.published import beir_average
-from vtrepro.report.results import STATUS_MEASURED
+from vtrepro.report.results import (
+    STATUS_FAIL,
+    STATUS_MEASURED,
+    STATUS_OK,
+    STATUS_OKISH,
+    STATUS_SKIPPED,
+    STATUS_UNPINNED,
+)
 
-STATUS_OK, STATUS_OKISH, STATUS_FAIL = "OK", "OKISH", "FAIL"
-STATUS_UNPINNED, STATUS_SKIPPED, STATUS_ERROR = "UNPINNED", "SKIPPED", "ERROR"
 TIER_FIXED, TIER_ENCODED, TIER_PUBLISHED, TIER_MACHINE = "fixed", "encoded", "published", "machine"
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pandas as pd
 
 from vtrepro.core.io import atomic_write, write_json
-from vtrepro.regress.compare import STATUS_MEASURED, ResultRow
+from vtrepro.regress.compare import ResultRow
 from vtrepro.regress.efficiency import FIGURES
 from vtrepro.regress.spec import Spec
 from vtrepro.report.command import published_systems
 from vtrepro.report.render import build_report, write_report_files
-from vtrepro.report.results import RESULTS_NAME, load_results
+from vtrepro.report.results import RESULTS_NAME, STATUS_MEASURED, load_results
 from vtrepro.training.run_folder import LOG_NAME
 from vtrepro.vocabulary.calibrate import REPORT_NAME as CALIBRATION_REPORT
 

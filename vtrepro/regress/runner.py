@@ -37,11 +37,6 @@ from vtrepro.core.java import start_jvm
 from vtrepro.data.beir import data_root, load_dataset
 from vtrepro.model.loading import model_availability
 from vtrepro.regress.compare import (
-    STATUS_ERROR,
-    STATUS_FAIL,
-    STATUS_OK,
-    STATUS_OKISH,
-    STATUS_UNPINNED,
     TIER_FIXED,
     Observation,
     ResultRow,
@@ -52,6 +47,7 @@ from vtrepro.regress.conditions import ConditionRunner
 from vtrepro.regress.report import format_table, judged, tally, write_report
 from vtrepro.regress.sources import check_encoded, vector_sources
 from vtrepro.regress.spec import Condition, DatasetRun, Spec, load_spec, record_observed
+from vtrepro.report.results import NOT_OK, STATUS_ERROR, STATUS_FAIL, STATUS_OK, STATUS_OKISH
 from vtrepro.training.recipe import load_recipe
 from vtrepro.training.stages import Stage
 
@@ -176,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                 for row in rows]
     write_report(spec, rows, outcome.timings, out_dir, argv, outcome.distributions, train_root=args.output / "train")
     print(format_table(rows))
-    failed = [row for row in rows if row.status in (STATUS_FAIL, STATUS_UNPINNED, STATUS_ERROR)]
+    failed = [row for row in rows if row.status in NOT_OK]
     okish = sum(row.status == STATUS_OKISH for row in rows)
     ok = len(judged(rows)) - len(failed) - okish
     print(f"\n{ok} OK, {okish} OKISH, {len(failed)} not OK; report: {out_dir / 'report.md'} and report.html")

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write
 from vtrepro.report import plots
 from vtrepro.report.published import PublishedSystem
-from vtrepro.report.results import Results
+from vtrepro.report.results import NOT_OK, STATUS_OKISH, Results
 from vtrepro.report.tables import (
     SIGNIFICANCE_LEVEL,
     Matrix,
@@ -24,7 +25,6 @@ from vtrepro.report.tables import (
     observed_systems,
 )
 
-NOT_OK = ("FAIL", "UNPINNED", "ERROR")
 FIGURES_DIRNAME = "figures"
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
@@ -77,8 +77,6 @@ def _baseline(systems: list[System], label: str | None) -> System | None:
     for system in systems:
         if system.label == label:
             return system
-    from vtrepro.core.errors import VtreproError
-
     raise VtreproError(f"--baseline '{label}' is not a system of these results; choose one of "
                        f"{', '.join(system.label for system in systems)}")
 
@@ -112,7 +110,7 @@ def matrix_text(matrix: Matrix) -> pd.DataFrame:
 def _verdict(results: Results) -> str:
     judged = checks_table(results)
     failed = int(judged["status"].isin(NOT_OK).sum())
-    okish = int((judged["status"] == "OKISH").sum())
+    okish = int((judged["status"] == STATUS_OKISH).sum())
     verdict = f"{failed} row(s) not OK" if failed else ("all OK" if not okish else f"OK, {okish} row(s) OKISH")
     return verdict + (" (interrupted: only the runs listed finished)" if results.interrupted else "")
 

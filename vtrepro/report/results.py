@@ -14,8 +14,12 @@ from vtrepro.core.errors import VtreproError
 RESULTS_NAME = "results.json"
 PER_QUERY_NAME = "per_query.json"
 """Beside each run's ``run.trec`` (``<folder>/<condition>/<dataset>/``): metric -> query id -> score."""
+STATUS_OK, STATUS_OKISH, STATUS_FAIL = "OK", "OKISH", "FAIL"
+STATUS_UNPINNED, STATUS_SKIPPED, STATUS_ERROR = "UNPINNED", "SKIPPED", "ERROR"
 STATUS_MEASURED = "MEASURED"
 """The status of an efficiency row: recorded, never judged."""
+NOT_OK = (STATUS_FAIL, STATUS_UNPINNED, STATUS_ERROR)
+"""The statuses that fail a regression."""
 
 
 @dataclass
