@@ -1,8 +1,14 @@
 """PISA search beside Lucene on the same vectors: identical runs (top k, integer scores, ties by doc id)."""
 import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
+import vtrepro
 from conftest import HAND_MADE_DOCS, assert_one_error_line
 from vtrepro.bench import main as bench_main
 from vtrepro.core.errors import VtreproError
@@ -118,6 +124,77 @@ def test_missing_or_foreign_pisa_index_is_a_clear_error(tmp_path):
     (tmp_path / "empty" / "part-00000.jsonl").write_text("")
     with pytest.raises(VtreproError, match="hold no documents"):
         build_pisa_index(tmp_path / "empty", tmp_path / "pisa")
+
+
+# A build that stalls in PISA's compression (its collection and lexicons written) until it is killed.
+STALLED_BUILD = """
+import sys, time
+from vtrepro.search import pisa
+pisa._prepare = lambda folder: time.sleep(600)
+pisa.build_pisa_index(sys.argv[1], sys.argv[2])
+"""
+
+
+def hidden(folder):
+    return sorted(path.name for path in folder.iterdir() if path.name.startswith("."))
+
+
+def stalled_staging(folder, build, seconds=60.0):
+    """The temporary folder of the running ``build`` (a STALLED_BUILD) once it holds PISA's lexicons."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and build.poll() is None:
+        if lexicons := list(folder.glob(".pisa.*.tmp/fwd.doclex")):
+            return lexicons[0].parent
+        time.sleep(0.01)
+    pytest.fail(f"the build never stalled (exit status {build.poll()}): {hidden(folder)}")
+
+
+def test_a_killed_builds_temporary_folder_is_removed_by_the_next_build(both_indexes, tmp_path):
+    vectors, _, clean = both_indexes
+    with subprocess.Popen([sys.executable, "-c", STALLED_BUILD, str(vectors), str(tmp_path / "pisa")],
+                          cwd=Path(vtrepro.__file__).parents[1]) as build:  # the vtrepro under test
+        try:
+            staging = stalled_staging(tmp_path, build)
+        finally:
+            build.kill()
+            build.wait()  # reaped: a zombie's pid still runs
+    assert build.returncode == -9 and hidden(tmp_path) == [staging.name] and (staging / "inv.docs").is_file()
+    assert build_pisa_index(vectors, tmp_path / "pisa") == read_pisa_meta(clean)
+    assert [path.name for path in tmp_path.iterdir()] == ["pisa"]
+    for k in (1, 3, 10):
+        run, expected = search_pisa(tmp_path / "pisa", QUERIES, k), search_pisa(clean, QUERIES, k)
+        assert [(qid, list(hits.items())) for qid, hits in run.items()] == [
+            (qid, list(hits.items())) for qid, hits in expected.items()]
+
+
+def test_a_build_removes_only_what_dead_builds_of_its_own_index_left(both_indexes, tmp_path):
+    vectors, _, _ = both_indexes
+    ended = subprocess.Popen([sys.executable, "-c", ""])
+    ended.wait()
+    dead = [f".pisa.{ended.pid}.k3x9q1zz.tmp", f".pisa.{ended.pid}.k3x9q1zz.old"]
+    kept = [f".pisa.{os.getpid()}.a1b2c3d4.tmp",  # a live build's
+            f".other.{ended.pid}.k3x9q1zz.tmp", f".pisa.x.{ended.pid}.k3x9q1zz.tmp",  # other indexes'
+            f".pisa.{ended.pid}.notes", ".pisa.k3x9q1zz.tmp"]  # not named as a build names them
+    for name in dead + kept:
+        (tmp_path / name).mkdir()
+    build_pisa_index(vectors, tmp_path / "pisa")
+    assert hidden(tmp_path) == sorted(kept)
+
+
+def test_a_failed_rebuild_leaves_no_temporary_folder_and_the_index_as_it_was(both_indexes, tmp_path, monkeypatch):
+    vectors, _, _ = both_indexes
+    meta = build_pisa_index(vectors, tmp_path / "pisa")
+    write_vectors(tmp_path / "other", {"d9": {"paris": 7}})
+
+    def interrupted(folder):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr("vtrepro.search.pisa._prepare", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            build_pisa_index(tmp_path / "other", tmp_path / "pisa")
+    assert read_pisa_meta(tmp_path / "pisa") == meta and hidden(tmp_path) == []
+    assert search_pisa(tmp_path / "pisa", {"q": {"texas": 1}}) == {"q": {"d2": 40.0}}
 
 
 def test_search_command_writes_the_same_run_file_with_either_engine(both_indexes, tmp_path, capsys):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -67,7 +68,8 @@ def read_pisa_meta(index_dir: str | Path) -> dict | None:
 def build_pisa_index(vectors_dir: str | Path, index_dir: str | Path,
                      expected: VectorSetSummary | None = None) -> dict:
     """PISA index of a JsonVectorCollection folder (checked as for Lucene unless ``expected`` summarizes
-    it already), built beside ``index_dir`` and moved into place when complete; returns its metadata."""
+    it already), built beside ``index_dir`` (where killed builds' leftovers are removed first) and moved
+    into place when complete; returns its metadata."""
     index_dir = Path(index_dir)
     if index_dir.is_file() or (index_dir.is_dir() and any(index_dir.iterdir()) and read_pisa_meta(index_dir) is None):
         raise VtreproError(f"{index_dir}: exists and is not a PISA index; refusing to replace it: remove it or "
@@ -77,17 +79,45 @@ def build_pisa_index(vectors_dir: str | Path, index_dir: str | Path,
     if not expected.count:
         raise VtreproError(f"{vectors_dir}: the vector files hold no documents; point at an encoded corpus")
     index_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.", suffix=".tmp", dir=index_dir.parent))
+    _remove_dead_builds(index_dir)
+    staging = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.{os.getpid()}.", suffix=".tmp", dir=index_dir.parent))
+    aside = staging.with_suffix(".old")
     try:
         meta = _write_index(files, staging, expected)
-        aside = staging.with_suffix(".old")
         if index_dir.exists():
             index_dir.rename(aside)
         staging.rename(index_dir)
-        shutil.rmtree(aside, ignore_errors=True)
         return meta
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _remove_dead_builds(index_dir: Path) -> None:
+    """Remove what killed builds of ``index_dir`` left beside it.
+
+    A build works in ``.<name>.<pid>.<random>.tmp`` and sets the index it replaces aside as
+    ``.<name>.<pid>.<random>.old``; it removes both when it ends, exception or not, so only a killed build
+    leaves them. Such a folder whose pid no longer runs is a leftover: its pid is in its name from its
+    creation, so a live build's folder is never taken (a reused pid only keeps a leftover a while longer).
+    Pids are this machine's: builds of one index from several machines sharing a disk are not told apart.
+    """
+    pattern = re.compile(rf"\.{re.escape(index_dir.name)}\.(\d{{1,9}})\.[^.]+\.(?:tmp|old)")  # pids fit a C int
+    for path in index_dir.parent.iterdir():
+        match = pattern.fullmatch(path.name)
+        if match and path.is_dir() and not path.is_symlink() and not _running(int(match[1])):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists (a zombie, or another user's process, counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def ensure_pisa_index(vectors_dir: str | Path, index_dir: str | Path) -> tuple[dict, float | None]:
