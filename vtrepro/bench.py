@@ -26,6 +26,7 @@ from vtrepro.core.cli import add_data_dir, cli_entry, command_parser, non_negati
 from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
 from vtrepro.data.beir import load_dataset
 from vtrepro.model.loading import resolve_model
+from vtrepro.model.options import PRECISIONS, SCREENS
 
 # torch and the encoders (transformers) are imported where they are used, on purpose: `--help` and
 # argument errors stay fast.
@@ -83,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     encode.add_argument("--repeat", type=positive_int, default=1,
                         help="timed runs of each encoder, best kept (default 1)")
     encode.add_argument("--device", help="cpu, cuda or cuda:N (default: CUDA when present)")
-    encode.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+    encode.add_argument("--dtype", default="float32", choices=PRECISIONS,
                         help="precision of vtrepro's encoder body (default float32)")
+    encode.add_argument("--screen", default="auto", choices=SCREENS,
+                        help="the screened projection's screen (default auto: int8 on CPU, bfloat16 on GPUs)")
     search = commands.add_parser("search", help="Lucene vs PISA search on the same vectors: speed and identical runs")
     search.add_argument("--vectors", required=True, type=Path, help="encoded corpus or JsonVectorCollection folder")
     search.add_argument("--queries", required=True, type=Path, help="encoded queries.jsonl ({id, vector})")
@@ -101,11 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         machine = f"machine: {os.cpu_count()} cores ({_cpu_model()}), load average {os.getloadavg()[0]:.2f} at start"
         return bench_search(args.vectors, args.queries, args.k, args.threads, args.index_dir, machine)
     return bench_encode(_default_model(args.model), args.dataset, args.data_dir, args.limit,
-                        args.batch_size, args.max_length, args.repeat, args.device, args.dtype)
+                        args.batch_size, args.max_length, args.repeat, args.device, args.dtype, args.screen)
 
 
 def bench_encode(model: str, dataset: str, data_dir: str | None, limit: int, batch_size: int,
-                 max_length: int, repeat: int, device: str | None = None, dtype: str = "float32") -> int:
+                 max_length: int, repeat: int, device: str | None = None, dtype: str = "float32",
+                 screen: str = "auto") -> int:
     """Time both encoders on the same documents, print throughput and vector agreement, the achieved
     GFLOP/s against the device's matrix-product rate, and the screened projection's speed-up."""
     from sentence_transformers import SparseEncoder
@@ -138,7 +142,8 @@ def bench_encode(model: str, dataset: str, data_dir: str | None, limit: int, bat
     print(f"speedup: {our_timing.docs_per_second / their_timing.docs_per_second:.2f}x")
     print(f"device {ours.device}, body dtype {dtype}")
     _report_arithmetic(ours, sum(token_counts), our_timing, repeat)
-    screened = _bench_screened(model, texts, batch_size, max_length, device, dtype, repeat, our_timing, our_vectors)
+    screened = _bench_screened(model, texts, batch_size, max_length, device, dtype, screen, repeat, our_timing,
+                               our_vectors)
 
     agreement = compare(our_vectors, _sparse_rows(their_embeddings, ours.special_ids))
     print(f"vectors: max |weight difference| {agreement.max_abs_difference:.2e}; "
@@ -164,18 +169,18 @@ def _report_arithmetic(encoder, tokens: int, timing: Timing, repeat: int) -> Non
 
 
 def _bench_screened(model: str, texts: list[str], batch_size: int, max_length: int, device: str | None, dtype: str,
-                    repeat: int, dense: Timing, dense_vectors: Sequence[SparseVector]) -> Agreement:
+                    screen: str, repeat: int, dense: Timing, dense_vectors: Sequence[SparseVector]) -> Agreement:
     """The screened projection on the same documents: its speed-up over the dense one and their agreement."""
     from vtrepro.model.splade import SpladeEncoder
 
     encoder = SpladeEncoder(model, max_length_doc=max_length, batch_size=batch_size, device=device, dtype=dtype,
-                            projection="screened")
+                            projection="screened" if screen == "auto" else f"screened-{screen}")
     encoder.encode(texts[:batch_size], kind="doc")  # warm-up
     assert encoder.screened is not None
     encoder.screened.kept = encoder.screened.columns = 0
     timing, vectors = _best_of(repeat, "vtrepro screened", lambda batch: encoder.encode(batch, kind="doc"), texts)
     agreement = compare(vectors, dense_vectors)
-    print(f"screened projection: {timing.docs_per_second:.1f} docs/s, "
+    print(f"screened projection ({encoder.screened.screen} screen): {timing.docs_per_second:.1f} docs/s, "
           f"{timing.docs_per_second / dense.docs_per_second:.2f}x the dense encoder; "
           f"{encoder.screened.kept / encoder.screened.columns:.2%} of columns computed exactly; max |weight "
           f"difference| to dense {agreement.max_abs_difference:.2e}, identical quantized vectors "

@@ -163,23 +163,35 @@ def test_a_bfloat16_body_keeps_the_head_in_float32_and_agrees_with_float32(tiny_
         SpladeEncoder(splade_tiny, dtype="int8")
 
 
+@pytest.mark.parametrize("screen", ["int8", "bfloat16"])
 @pytest.mark.parametrize("scale", [0.01, 1.0, 300.0])
-def test_the_bfloat16_screen_bounds_the_float32_logits(scale):
-    """|dense float32 logit - bfloat16 logit| <= c |h| |w| for every token row and column (the screen's bound)."""
-    from vtrepro.model.projection import screen_factor
+def test_a_screen_bounds_every_dense_max_pooled_logit(screen, scale):
+    """Each screen's bound is at least the dense float32 max-pooled logit plus bias, and at least the exact
+    one, for texts spanning chunk boundaries; with a bias that activates ~1% of columns it keeps few."""
+    from vtrepro.model.projection import SCREEN_CLASSES, dense_max_logits
 
     generator = torch.Generator().manual_seed(0)
-    rows = torch.randn(200, 128, generator=generator) * scale
-    weight = torch.randn(3000, 128, generator=generator) * torch.rand(3000, 1, generator=generator)
-    dense = (rows.double() @ weight.double().T)  # the exact products; float32's own error is inside c
-    screened = (rows.bfloat16() @ weight.bfloat16().T).double()
-    bound = screen_factor(128) * rows.double().norm(dim=1)[:, None] * weight.double().norm(dim=1)[None, :]
-    assert ((dense - screened).abs() <= bound).all()
+    rows = torch.randn(600, 128, generator=generator) * scale
+    rows[5, 3] = 40 * scale  # one outlier component coarsens its text's int8 scale
+    decoder = torch.nn.Linear(128, 3000).requires_grad_(False)
+    decoder.weight.data = torch.randn(3000, 128, generator=generator) * torch.rand(3000, 1, generator=generator)
+    lengths = [1, 40, 300, 259]
+    decoder.bias.data.zero_()
+    raw = dense_max_logits(rows, lengths, decoder)
+    decoder.bias.data = -torch.quantile(raw.flatten(), 0.99).expand(3000).clone()
+    dense = dense_max_logits(rows, lengths, decoder)
+    starts = np.cumsum([0, *lengths[:-1]])
+    exact = torch.stack([(rows[start:start + length].double() @ decoder.weight.double().T).amax(dim=0)
+                         for start, length in zip(starts, lengths)]) + decoder.bias.double()
+    bounds = SCREEN_CLASSES[screen](decoder.weight.detach(), decoder.bias.detach())(rows, lengths)
+    assert (bounds >= dense).all() and (bounds.double() >= exact).all()
+    assert 0.005 < (dense > 0).double().mean() < (bounds > 0).double().mean() < 0.1
 
 
-def test_the_screened_projection_keeps_every_activated_column(splade_tiny, scifact_sample, tiny_encoder):
+@pytest.mark.parametrize("projection", ["screened-int8", "screened-bfloat16"])
+def test_the_screened_projection_keeps_every_activated_column(splade_tiny, scifact_sample, tiny_encoder, projection):
     """Every column the dense path activates is computed exactly; the vectors equal the dense ones."""
-    screened = SpladeEncoder(splade_tiny, max_length_doc=256, projection="screened")
+    screened = SpladeEncoder(splade_tiny, max_length_doc=256, projection=projection)
     texts = [document.contents for document in scifact_sample]
     dense_logits = tiny_encoder.max_logits(texts, "doc")
     screened_logits = torch.cat([pooled for _, pooled in screened._pooled_batches(texts, "doc", screened=True)])

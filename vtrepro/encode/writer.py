@@ -35,6 +35,7 @@ from vtrepro.data.beir import load_dataset, read_corpus, read_queries
 from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_folder
 from vtrepro.encode.vectors import EMPTY_DOCUMENT_TERM, ROUNDINGS, Quantization, escaped_vocabulary, to_impact_vector
 from vtrepro.model.loading import find_model
+from vtrepro.model.options import PRECISIONS, PROJECTIONS
 
 SORT_WINDOW = 2000
 """The encoder's default sort window (``model.splade.SORT_WINDOW``), repeated so that ``--help`` stays light."""
@@ -91,11 +92,14 @@ def load_manifest(encoded_dir: str | Path) -> dict[str, Any] | None:
 
 
 def model_fingerprint(model) -> str:
-    """SHA-256 over a model's parameter names and bytes: identifies the weights, wherever they came from."""
+    """SHA-256 over a model's parameter names and bytes: identifies the weights, wherever they came from
+    (in the precision they are used in: numpy has no bfloat16, so the raw bytes are read)."""
+    import torch
+
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
 
 
@@ -381,13 +385,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sort-window", type=positive_int, default=SORT_WINDOW,
                         help=f"texts sorted by length into batches together (default {SORT_WINDOW}); vectors depend on "
                              "it, so it is part of the settings. Give processes whole windows: a multiple of it as --shard-size")
-    parser.add_argument("--projection", default="dense", choices=("dense", "screened"),
-                        help="screened: a bfloat16 pass with a rigorous error bound picks the columns that can "
-                             "activate, computed exactly in float32 (faster where the CPU or GPU has bfloat16 "
-                             "arithmetic; see docs/performance.md); default dense")
+    parser.add_argument("--projection", default="dense", choices=PROJECTIONS,
+                        help="screened: a low-precision pass with a rigorous error bound picks the columns that "
+                             "can activate, computed exactly in float32; its screen is int8 on CPU and bfloat16 on "
+                             "GPUs, or named (screened-int8, screened-bfloat16); see docs/performance.md. "
+                             "Default dense")
     parser.add_argument("--device", help="cpu, cuda or cuda:N (default: CUDA when present; under torchrun, "
                                          "each process its LOCAL_RANK's GPU)")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+    parser.add_argument("--dtype", default="float32", choices=PRECISIONS,
                         help="precision of the encoder body; head, pooling and bias stay float32 (default float32)")
     args = parser.parse_args(argv)
 

@@ -18,7 +18,8 @@ from torch import nn
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.progress import Progress
 from vtrepro.model.loading import load_masked_lm
-from vtrepro.model.projection import PROJECTIONS, ScreenedProjection, dense_max_logits
+from vtrepro.model.options import PRECISIONS, PROJECTIONS
+from vtrepro.model.projection import ScreenedProjection, dense_max_logits
 
 if TYPE_CHECKING:
     from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
@@ -33,7 +34,7 @@ A text's float32 weights depend on the batch it shares (padded length, matrix sh
 function of the input order, this window and the batch size alone; windows also bound memory."""
 HEAD_TOLERANCE = 1e-4
 UNBOUNDED_LENGTH = 1_000_000
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = dict(zip(PRECISIONS, (torch.float32, torch.bfloat16, torch.float16)))
 """Precisions of the encoder body; the MLM head, the pooling and the decoder bias stay in float32."""
 
 
@@ -86,7 +87,10 @@ class SpladeEncoder:
         if projection not in PROJECTIONS:
             raise VtreproError(f"projection must be one of {', '.join(PROJECTIONS)}, got {projection!r}")
         self.projection = projection
-        self.screened = ScreenedProjection(self._decoder) if projection == "screened" else None
+        if projection == "screened-int8" and self.device.type != "cpu":
+            raise VtreproError("the int8 screen runs on CPU only: use --projection screened or screened-bfloat16")
+        screen = projection.removeprefix("screened").removeprefix("-") or "auto"
+        self.screened = ScreenedProjection(self._decoder, screen) if projection != "dense" else None
         self.projection_seconds = 0.0  # time spent in the vocabulary projection (read by the benchmark)
         self._dropped_ids = torch.tensor(
             sorted(self.special_ids | set(range(len(self.tokenizer), self._decoder.out_features))), dtype=torch.long

@@ -1,0 +1,54 @@
+"""The int8 screen on both CPU paths: x86 int8 kernels without VNNI saturate pairs of products in int16.
+
+Each case runs in a fresh interpreter, since the instruction set is chosen when torch starts: once on
+this machine's own path, once forced to AVX2 (no VNNI), where 8-bit columns do saturate.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+CHECK = """
+import json, sys
+import numpy as np, torch
+from vtrepro.data.beir import load_dataset
+from vtrepro.model.projection import ROW_LEVELS, exact_column_levels
+from vtrepro.model.splade import SpladeEncoder
+
+generator = torch.Generator().manual_seed(0)
+def exact_at(column_levels):
+    rows = torch.randint(-ROW_LEVELS, ROW_LEVELS + 1, (256, 128), generator=generator).to(torch.int8)
+    columns = torch.randint(-column_levels, column_levels + 1, (4096, 128), generator=generator).to(torch.int8)
+    return torch.equal(torch._int_mm(rows, columns.T).long(), rows.long() @ columns.long().T)
+
+levels = exact_column_levels(128, 30522)
+model, data = sys.argv[1], sys.argv[2]
+texts = [document.contents for document in load_dataset("scifact", data).corpus()[:60]]
+dense = SpladeEncoder(model, max_length_doc=256).encode(texts, "doc")
+screened = SpladeEncoder(model, max_length_doc=256, projection="screened-int8")
+same = sum(bool(np.array_equal(a[0], b[0]) and np.abs(a[1] - b[1]).max() <= 1e-6)
+           for a, b in zip(dense, screened.encode(texts, "doc")))
+print(json.dumps({"levels": levels, "exact_at_127": exact_at(127), "exact_at_levels": exact_at(levels),
+                  "same": same, "kept": screened.screened.kept / screened.screened.columns}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["native", "avx2"])
+def test_the_int8_screen_is_exact_on_each_instruction_path(path, splade_tiny: Path, data_dir: Path):
+    """The probe picks column levels at which random integer products are exact (and 63, not 127, wherever
+    127 saturates); the screened vectors then equal the dense ones on 60 SciFact documents."""
+    environment = {**os.environ, **(AVX2 if path == "avx2" else {})}
+    completed = subprocess.run([sys.executable, "-c", CHECK, str(splade_tiny), str(data_dir)], env=environment,
+                               capture_output=True, text=True, check=True)
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert result["exact_at_levels"]
+    assert result["levels"] == (127 if result["exact_at_127"] else 63)
+    assert result["same"] == 60 and result["kept"] < 0.05, result
