@@ -34,6 +34,12 @@ def recorded(tmp_path_factory, splade_tiny):
     return spec, data, runs
 
 
+def test_recording_pins_the_judged_rows_and_leaves_the_measured_ones_measured(recorded):
+    rows = json.loads((recorded[2] / "mini_spec" / "results.json").read_text())["rows"]
+    kinds = {row["kind"]: {other["status"] for other in rows if other["kind"] == row["kind"]} for row in rows}
+    assert kinds["efficiency"] == {"MEASURED"} and kinds["score"] == {"OK"}
+
+
 def edited(spec, tmp_path, change, name="mini_spec.yaml"):
     """A copy of ``spec`` with ``change(document)`` applied."""
     yaml = YAML()

@@ -72,6 +72,14 @@ def test_valid_spec_loads_with_defaults(tmp_path):
          r"spec\.yaml:13: .*BM25 runs have no vectors"),
         (VALID.replace("      nfcorpus:\n", "      nfcorpus:\n        encoded: {corpus: nowhere, queries: q.jsonl}\n"),
          r"spec\.yaml:19: .*encoded\.corpus: .*nowhere does not exist"),
+        (VALID.replace("{max_length_doc: 256}", "{dtype: int8}"),
+         r"spec\.yaml:15: .*encoder\.dtype must be one of float32, bfloat16, float16, got 'int8'"),
+        (VALID.replace("{max_length_doc: 256}", "{projection: sparse}"), r"spec\.yaml:15: .*encoder\.projection must be one of"),
+        (VALID.replace("    model: splade-tiny\n", "    model: splade-tiny\n    agrees_with: bm25-flat\n"),
+         r"spec\.yaml:15: condition 'tiny'\.agrees_with: 'bm25-flat' is not an impact condition listed before this one "
+         r"\(those are: none\)"),
+        (VALID.replace("    retrieval: bm25\n", "    retrieval: bm25\n    agrees_with: tiny\n"),
+         r"spec\.yaml:8: condition 'bm25-flat'\.agrees_with: only impact conditions have vectors"),
     ],
 )
 def test_bad_specs_name_file_and_line(tmp_path, broken, message):
@@ -121,6 +129,15 @@ def test_transfer_and_calibrate_blocks(tmp_path):
         load_spec(write(tmp_path, broken))
     with pytest.raises(VtreproError, match=r"spec\.yaml:4: unknown key 'sorce'"):
         load_spec(write(tmp_path, TRANSFER.replace("source:", "sorce:")))
+
+
+def test_a_half_precision_condition_is_its_own_tier_measured_against_float32(tmp_path):
+    text = VALID + "  tiny-bfloat16:\n    model: splade-tiny\n    encoder: {dtype: bfloat16, projection: screened}\n" \
+                   "    agrees_with: tiny\n    tolerance: {scores: 0.002}\n    datasets:\n      nfcorpus:\n"
+    tiny, half = load_spec(write(tmp_path, text)).conditions[1:]
+    assert (tiny.encoder.dtype, tiny.encoder.projection, tiny.agrees_with) == ("float32", "dense", None)
+    assert (half.encoder.dtype, half.encoder.projection, half.agrees_with) == ("bfloat16", "screened", "tiny")
+    assert half.tolerance.scores == 0.002
 
 
 def test_query_encoder_option(tmp_path):

@@ -21,9 +21,10 @@ is positive after allowing for float32 rounding of the bound itself. The screen 
 drops a column the dense path activates. The bound assumes bfloat16 products are accumulated in
 float32, as oneDNN and PyTorch's CPU kernels do.
 
-The int8 screen. Each column w is stored as s q + e (q int8, s = max|w_i| / 127) and each token row h
-of a text as σ p + r (p int8, σ = max over the text's rows of max|h_i| / 127), so that one text's
-integer products p.q compare across its tokens and are max-pooled as exact int32. Then
+The int8 screen. Each column w is stored as s q + e (q int8, s = max|w_i| / L, L = 127, or 63 where
+the machine's kernel would saturate: see COLUMN_LEVELS) and each token row h of a text as σ p + r
+(p int8, σ = max over the text's rows of max|h_i| / 127), so that one text's integer products p.q
+compare across its tokens and are max-pooled as exact int32 (|p.q| <= 127 L d < 2^31). Then
 
     h.w = σ s p.q + σ p.e + s q.r + r.e <= σ s p.q + |σ p||e| + |s q||r| + |r||e|
 

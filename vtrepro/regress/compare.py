@@ -8,7 +8,7 @@ from vtrepro.encode.fingerprint import (
     VectorSetSummary,
 )
 from vtrepro.regress.efficiency import Efficiency
-from vtrepro.regress.spec import Condition, DatasetRun
+from vtrepro.regress.spec import Condition, DatasetRun, EncodedVectors
 from vtrepro.report.published import beir_average
 from vtrepro.report.results import (
     STATUS_FAIL,
@@ -27,7 +27,8 @@ class ResultRow:
     condition: str
     dataset: str
     metric: str
-    kind: str  # "vectors" (fingerprint), "index" (statistic), "score" (pinned), "reference" (published), "efficiency"
+    kind: str  # "vectors" (fingerprint), "index" (statistic), "score" (pinned), "reference" (published), "efficiency",
+    # "agreement" (vectors against another condition's)
     expected: float | int | str | None
     observed: float | int | str | None
     status: str
@@ -43,6 +44,7 @@ class Observation:
     vectors: dict[str, VectorSetSummary] = field(default_factory=dict)  # empty for BM25
     differences: dict[str, VectorDiff] = field(default_factory=dict)  # against --reference-vectors
     efficiency: Efficiency = field(default_factory=Efficiency)
+    encoded: EncodedVectors | None = None  # the vectors searched (None for BM25)
 
 
 def _same(expected: float | int, observed: float | int) -> bool:
@@ -120,6 +122,13 @@ def compare(condition: Condition, dataset: DatasetRun, observation: Observation)
     rows += [ResultRow(condition.name, dataset.name, name, "efficiency", None, value, STATUS_MEASURED, TIER_MACHINE)
              for name, value in observation.efficiency.figures.items()]
     return rows
+
+
+def agreement_rows(condition: Condition, dataset: DatasetRun, figures: dict[str, float | int]) -> list[ResultRow]:
+    """Measured rows of how this condition's vectors agree with those of ``condition.agrees_with``."""
+    note = f"against {condition.agrees_with}'s vectors"
+    return [ResultRow(condition.name, dataset.name, name, "agreement", None, value, STATUS_MEASURED, TIER_MACHINE, note)
+            for name, value in figures.items()]
 
 
 def compare_averages(condition: Condition, observations: dict[str, Observation]) -> list[ResultRow]:

@@ -148,6 +148,8 @@ class ConditionRunner:
                 max_length_query=settings.max_length_query,
                 batch_size=settings.batch_size,
                 trust_remote_code=self.condition.trust_remote_code,
+                dtype=settings.dtype,
+                projection=settings.projection,
             )
         return self._encoder
 
@@ -162,6 +164,7 @@ class ConditionRunner:
         qrels = dataset.qrels(dataset_run.split)
         vectors: dict[str, VectorSetSummary] = {}
         differences: dict[str, VectorDiff] = {}
+        used: EncodedVectors | None = None
         if self.condition.retrieval == "bm25":
             run, stats, efficiency = self._bm25(dataset, queries, artifacts)
         else:
@@ -176,7 +179,7 @@ class ConditionRunner:
         write_json(artifacts / PER_QUERY_NAME, per_query)
         scores = mean_scores(per_query)
         return Observation(scores, {key: stats[key] for key in ("documents", "total_terms")},
-                           round(time.perf_counter() - started, 1), vectors, differences, efficiency)
+                           round(time.perf_counter() - started, 1), vectors, differences, efficiency, used)
 
     def _bm25(self, dataset, queries: dict[str, str], artifacts: Path):
 
@@ -199,7 +202,8 @@ class ConditionRunner:
                    f"--nproc_per_node={self.encode_processes}", "-m", "vtrepro.encode", "--model", self.model,
                    "--corpus", str(_corpus_file(dataset_folder)), "--output", str(artifacts),
                    "--max-length-doc", str(settings.max_length_doc), "--batch-size", str(settings.batch_size),
-                   "--scale", str(quantization.scale), "--rounding", quantization.rounding]
+                   "--scale", str(quantization.scale), "--rounding", quantization.rounding,
+                   "--dtype", settings.dtype, "--projection", settings.projection]
         command += ["--model-dir", self.model_dir] if self.model_dir else []
         print(f"encoding with {self.encode_processes} processes: {' '.join(command)}", file=sys.stderr, flush=True)
         if subprocess.run(command).returncode != 0:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from vtrepro.core.io import atomic_write, write_json
+from vtrepro.regress.agreement import AGREEMENT_FIGURES
 from vtrepro.regress.compare import ResultRow
 from vtrepro.regress.efficiency import FIGURES
 from vtrepro.regress.spec import Spec
@@ -74,7 +75,7 @@ def efficiency_frame(rows: list[ResultRow]) -> pd.DataFrame:
     frame = pd.DataFrame([(row.condition, row.dataset, row.metric, row.observed) for row in measured],
                          columns=["condition", "dataset", "figure", "value"])
     table = frame.pivot(index=["condition", "dataset"], columns="figure", values="value")
-    return table[[name for name in FIGURES if name in table.columns]].reset_index()
+    return table[[name for name in (*FIGURES, *AGREEMENT_FIGURES) if name in table.columns]].reset_index()
 
 
 def format_table(rows: list[ResultRow]) -> str:
@@ -84,8 +85,9 @@ def format_table(rows: list[ResultRow]) -> str:
     if not efficiency.empty:
         shown = efficiency.set_index(["condition", "dataset"]).T
         shown.columns = [f"{condition}/{dataset}" for condition, dataset in shown.columns]
-        shown = shown.map(lambda value: f"{value:.4g}" if isinstance(value, float) else str(value))
-        text += "\n\nEfficiency (measured on this machine; not judged):\n" + _aligned(shown.reset_index(names="figure"))
+        shown = shown.map(lambda value: "" if pd.isna(value) else f"{value:.4g}" if isinstance(value, float) else str(value))
+        text += ("\n\nMeasured on this machine (efficiency, and vector agreement; not judged):\n"
+                 + _aligned(shown.reset_index(names="figure")))
     return text
 
 

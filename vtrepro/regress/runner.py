@@ -36,18 +36,20 @@ from vtrepro.core.io import check_output_folder
 from vtrepro.core.java import start_jvm
 from vtrepro.data.beir import data_root, load_dataset
 from vtrepro.model.loading import model_availability
+from vtrepro.regress.agreement import vector_agreement
 from vtrepro.regress.compare import (
     TIER_FIXED,
     Observation,
     ResultRow,
+    agreement_rows,
     compare,
     compare_averages,
 )
 from vtrepro.regress.conditions import ConditionRunner
 from vtrepro.regress.report import format_table, judged, tally, write_report
 from vtrepro.regress.sources import check_encoded, vector_sources
-from vtrepro.regress.spec import Condition, DatasetRun, Spec, load_spec, record_observed
-from vtrepro.report.results import NOT_OK, STATUS_ERROR, STATUS_FAIL, STATUS_OK, STATUS_OKISH
+from vtrepro.regress.spec import Condition, DatasetRun, EncodedVectors, Spec, load_spec, record_observed
+from vtrepro.report.results import NOT_OK, STATUS_ERROR, STATUS_FAIL, STATUS_MEASURED, STATUS_OK, STATUS_OKISH
 from vtrepro.training.recipe import load_recipe
 from vtrepro.training.stages import Stage
 
@@ -164,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.record and not outcome.errors:
         record_observed(spec.path, outcome.recorded)
         print(f"recorded observed values into {spec.path}", file=sys.stderr)
-        rows = [row if row.kind == "reference" else ResultRow(**{**asdict(row), "expected": row.observed,
-                                                               "status": STATUS_OK, "tier": TIER_FIXED, "note": ""})
+        rows = [row if row.kind == "reference" or row.status == STATUS_MEASURED else
+                ResultRow(**{**asdict(row), "expected": row.observed, "status": STATUS_OK, "tier": TIER_FIXED, "note": ""})
                 for row in rows]
     if args.strict:
         rows = [ResultRow(**{**asdict(row), "status": STATUS_FAIL}) if row.status == STATUS_OKISH else row
@@ -202,6 +204,7 @@ def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: P
     an internal error) the report of what finished is written first."""
     outcome = Outcome()
     chosen = {(condition.name, dataset_run.name) for condition, dataset_run in selected}
+    encodings: dict[tuple[str, str], EncodedVectors] = {}  # the vectors each impact run searched
     try:
         for condition in spec.conditions:
             runner = ConditionRunner(condition, spec, out_dir, args.model_dir, args.data_dir, args.threads,
@@ -227,6 +230,11 @@ def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: P
                 if observation.efficiency.distributions:
                     outcome.distributions[f"{condition.name}/{dataset_run.name}"] = observation.efficiency.distributions
                 rows = compare(condition, dataset_run, observation)
+                if observation.encoded is not None:
+                    encodings[key] = observation.encoded
+                    other = encodings.get((condition.agrees_with or "", dataset_run.name))
+                    if other is not None:
+                        rows += agreement_rows(condition, dataset_run, vector_agreement(observation.encoded, other))
                 outcome.rows += rows
                 print(f"[{condition.name} / {dataset_run.name}] done in {observation.seconds} s: {tally(rows)}",
                       file=sys.stderr, flush=True)

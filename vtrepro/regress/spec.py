@@ -21,6 +21,7 @@ from vtrepro.core.io import atomic_write, unsafe_character
 from vtrepro.core.schema import Checker, Field, read_yaml, round_trip_yaml
 from vtrepro.encode.vectors import ROUNDINGS, Quantization
 from vtrepro.evaluate.trec import DEFAULT_METRICS, parse_metric
+from vtrepro.model.options import PRECISIONS, PROJECTIONS
 from vtrepro.report.published import PublishedSystem, load_system
 from vtrepro.training.stages import Stage, read_stage
 
@@ -37,11 +38,13 @@ _CONDITION = {
     "trust_remote_code": Field(bool, None), "query_encoder": Field(str, None, ("model", "idf")),
     "reference_source": Field(str, None), "reference_tolerance": Field(float, None, minimum=0),
     "published": Field(str, None, what="<table>/<system> of a table in regressions/published/"),
+    "agrees_with": Field(str, None, what="the name of an impact condition earlier in this spec"),
     **{key: Field("mapping", None) for key in ("bm25", "encoder", "quantization", "reference_average", "datasets",
                                                "transfer", "calibrate", "tolerance")},
 }
 _BM25 = {"k1": Field(float, None, minimum=0), "b": Field(float, None, minimum=0, maximum=1)}
-_ENCODER = {key: Field(int, None, minimum=1) for key in ("max_length_doc", "max_length_query", "batch_size")}
+_ENCODER = {**{key: Field(int, None, minimum=1) for key in ("max_length_doc", "max_length_query", "batch_size")},
+            "dtype": Field(str, None, PRECISIONS), "projection": Field(str, None, PROJECTIONS)}
 _QUANTIZATION = {"scale": Field(float, None, above=0), "rounding": Field(str, None, ROUNDINGS)}
 _TOLERANCE = {key: Field(float, None, minimum=0) for key in ("total_terms", "scores")}
 _TRANSFER_SOURCE = {"source": Field(str)}  # the masked-LM checkpoint to transfer
@@ -52,9 +55,14 @@ _INDEX = {key: Field(int, None, minimum=0, nullable=True) for key in INDEX_STATS
 
 @dataclass(frozen=True)
 class EncoderSettings:
+    """How a condition encodes. A half-precision ``dtype`` gives other vectors than float32: their own
+    pins, and a tolerance measured for them; the ``projection`` gives the same vectors either way."""
+
     max_length_doc: int = 512
     max_length_query: int = 64
     batch_size: int = 32
+    dtype: str = "float32"
+    projection: str = "dense"
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,7 @@ class Condition:
     stages: tuple[Stage, ...] = ()  # from the 'transfer' and 'calibrate' blocks, applied to ``model`` in order
     tolerance: Tolerance = Tolerance()
     published: PublishedSystem | None = None  # the published system its references come from
+    agrees_with: str | None = None  # an earlier condition whose vectors these are measured against
 
 
 @dataclass
@@ -169,10 +178,11 @@ def load_spec(spec: str | Path) -> Spec:
     tolerance = _load_tolerance(check, defaults, "defaults", Tolerance())
     if not isinstance(document.get("conditions"), CommentedMap) or not document["conditions"]:
         raise check.fail(document, "conditions", "'conditions' must map condition names to their settings")
-    conditions = [
-        _load_condition(check, document["conditions"], name, metrics, split, tolerance)
-        for name in document["conditions"]
-    ]
+    conditions: list[Condition] = []
+    for name in document["conditions"]:
+        condition = _load_condition(check, document["conditions"], name, metrics, split, tolerance)
+        _check_agreement(check, document["conditions"][name], condition, conditions)
+        conditions.append(condition)
     description = check.value(document, "description", Field(str), "description") if "description" in document else ""
     return Spec(path, path.stem, description, k, metrics, conditions)
 
@@ -239,7 +249,7 @@ def _load_condition(check: Checker, parent: CommentedMap, name: str, metrics: tu
         quantization=Quantization(**check.read(node, "quantization", _QUANTIZATION, f"{where}.quantization", fill=False)),
         reference_source=given.get("reference_source"), reference_tolerance=given.get("reference_tolerance", 0.0),
         reference_average=_metric_values(check, node, "reference_average", metrics, f"{where}.reference_average", False),
-        tolerance=_load_tolerance(check, node, where, tolerance),
+        tolerance=_load_tolerance(check, node, where, tolerance), agrees_with=given.get("agrees_with"),
     )
     for dataset in datasets:
         condition.datasets.append(_load_dataset(check, datasets, dataset, f"{where}, dataset '{dataset}'", retrieval,
@@ -247,6 +257,20 @@ def _load_condition(check: Checker, parent: CommentedMap, name: str, metrics: tu
     if "published" in given:
         _apply_published(check, node, condition, given["published"], metrics)
     return condition
+
+
+def _check_agreement(check: Checker, node: CommentedMap, condition: Condition, earlier: list[Condition]) -> None:
+    """``agrees_with`` names an impact condition before this one (its vectors exist when these are made)."""
+    if condition.agrees_with is None:
+        return
+    where = f"condition '{condition.name}'.agrees_with"
+    if condition.retrieval != "impact":
+        raise check.fail(node, "agrees_with", f"{where}: only impact conditions have vectors to compare; remove it")
+    other = next((candidate for candidate in earlier if candidate.name == condition.agrees_with), None)
+    if other is None or other.retrieval != "impact":
+        names = ", ".join(candidate.name for candidate in earlier if candidate.retrieval == "impact") or "none"
+        raise check.fail(node, "agrees_with", f"{where}: '{condition.agrees_with}' is not an impact condition listed "
+                                              f"before this one (those are: {names}); name one of them")
 
 
 def _apply_published(check: Checker, node: CommentedMap, condition: Condition, key: str, metrics: tuple[str, ...]) -> None:
