@@ -181,6 +181,24 @@ def test_a_build_removes_only_what_dead_builds_of_its_own_index_left(both_indexe
     assert hidden(tmp_path) == sorted(kept)
 
 
+def test_an_index_a_killed_build_had_set_aside_is_put_back(both_indexes, tmp_path, monkeypatch):
+    """Killed between moving the old index aside and the new one in: the next build puts the old one back
+    first, so it survives even when that build fails too."""
+    vectors, _, _ = both_indexes
+    meta = build_pisa_index(vectors, tmp_path / "built")
+    ended = subprocess.Popen([sys.executable, "-c", ""])
+    ended.wait()
+    (tmp_path / "built").rename(tmp_path / f".pisa.{ended.pid}.k3x9q1zz.old")
+
+    def interrupted(folder):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("vtrepro.search.pisa._prepare", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build_pisa_index(vectors, tmp_path / "pisa")
+    assert read_pisa_meta(tmp_path / "pisa") == meta and hidden(tmp_path) == []
+
+
 def test_a_failed_rebuild_leaves_no_temporary_folder_and_the_index_as_it_was(both_indexes, tmp_path, monkeypatch):
     vectors, _, _ = both_indexes
     meta = build_pisa_index(vectors, tmp_path / "pisa")

@@ -156,3 +156,15 @@ def sha256_file(path: str | Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine (a zombie, or another user's process, counts): the
+    owner test of the work folders an index build names after its pid."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, owned by another user
+    return True

@@ -17,7 +17,7 @@ from typing import Iterable, Iterator
 
 from vtrepro.core.cli import add_threads, cli_entry, command_parser, verbose
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import check_output_folder, write_jsonl
+from vtrepro.core.io import check_output_folder, process_alive, write_jsonl
 from vtrepro.core.java import java_class, java_errors, start_jvm
 from vtrepro.core.progress import Progress
 from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files, vector_files
@@ -127,23 +127,13 @@ def check_index_target(index_dir: Path) -> None:
 def _recover_abandoned(index_dir: Path) -> None:
     for work in index_dir.parent.glob(f".{glob.escape(index_dir.name)}.work-*"):
         pid = work.name.rpartition("-")[2]
-        if pid.isdigit() and int(pid) != os.getpid() and _process_alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and process_alive(int(pid)):
             continue
         old = work / "old"
         if not index_dir.exists() and is_lucene_index(old):
             old.rename(index_dir)
             print(f"{index_dir}: put back the index an interrupted rebuild had moved aside", file=sys.stderr)
         shutil.rmtree(work, ignore_errors=True)
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # alive, owned by another user
-    return True
 
 
 def _swap_into_place(staging: Path, index_dir: Path, old: Path) -> None:

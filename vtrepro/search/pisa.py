@@ -32,7 +32,7 @@ import numpy as np
 
 from vtrepro.core.cli import verbose
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import write_json
+from vtrepro.core.io import process_alive, write_json
 from vtrepro.core.progress import Progress
 from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files, read_vectors, vector_files
 from vtrepro.search.lucene import Run, SearchTiming
@@ -100,24 +100,20 @@ def _remove_dead_builds(index_dir: Path) -> None:
     ``.<name>.<pid>.<random>.old``; it removes both when it ends, exception or not, so only a killed build
     leaves them. Such a folder whose pid no longer runs is a leftover: its pid is in its name from its
     creation, so a live build's folder is never taken (a reused pid only keeps a leftover a while longer).
-    Pids are this machine's: builds of one index from several machines sharing a disk are not told apart.
+    A build killed between setting the old index aside and moving the new one in leaves no index: the
+    old one is put back, as Lucene's builds do. Pids are this machine's: builds of one index from several
+    machines sharing a disk are not told apart.
     """
-    pattern = re.compile(rf"\.{re.escape(index_dir.name)}\.(\d{{1,9}})\.[^.]+\.(?:tmp|old)")  # pids fit a C int
-    for path in index_dir.parent.iterdir():
+    pattern = re.compile(rf"\.{re.escape(index_dir.name)}\.(\d{{1,9}})\.[^.]+\.(tmp|old)")  # pids fit a C int
+    for path in sorted(index_dir.parent.iterdir()):
         match = pattern.fullmatch(path.name)
-        if match and path.is_dir() and not path.is_symlink() and not _running(int(match[1])):
+        if not match or not path.is_dir() or path.is_symlink() or process_alive(int(match[1])):
+            continue
+        if match[2] == "old" and not index_dir.exists() and read_pisa_meta(path) is not None:
+            path.rename(index_dir)
+            print(f"{index_dir}: put back the index an interrupted rebuild had moved aside", file=sys.stderr)
+        else:
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` exists (a zombie, or another user's process, counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
 
 
 def ensure_pisa_index(vectors_dir: str | Path, index_dir: str | Path) -> tuple[dict, float | None]:
