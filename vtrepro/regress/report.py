@@ -10,13 +10,12 @@ from pathlib import Path
 import pandas as pd
 
 from vtrepro.core.io import atomic_write, write_json
-from vtrepro.regress.agreement import AGREEMENT_FIGURES
 from vtrepro.regress.compare import ResultRow
-from vtrepro.regress.efficiency import FIGURES
 from vtrepro.regress.spec import Spec
 from vtrepro.report.command import published_systems
 from vtrepro.report.render import build_report, write_report_files
 from vtrepro.report.results import RESULTS_NAME, STATUS_MEASURED, load_results
+from vtrepro.report.tables import measured_figures
 from vtrepro.training.run_folder import LOG_NAME
 from vtrepro.vocabulary.calibrate import REPORT_NAME as CALIBRATION_REPORT
 
@@ -68,14 +67,10 @@ def _aligned(frame: pd.DataFrame) -> str:
 
 
 def efficiency_frame(rows: list[ResultRow]) -> pd.DataFrame:
-    """One line per run (condition, dataset), one column per efficiency figure it has."""
-    measured = [row for row in rows if row.status == STATUS_MEASURED and row.observed is not None]
-    if not measured:
-        return pd.DataFrame()
-    frame = pd.DataFrame([(row.condition, row.dataset, row.metric, row.observed) for row in measured],
-                         columns=["condition", "dataset", "figure", "value"])
-    table = frame.pivot(index=["condition", "dataset"], columns="figure", values="value")
-    return table[[name for name in (*FIGURES, *AGREEMENT_FIGURES) if name in table.columns]].reset_index()
+    """One line per run (condition, dataset), one column per measured figure it has."""
+    frame = pd.DataFrame([asdict(row) for row in rows], columns=list(ResultRow.__dataclass_fields__))
+    return pd.DataFrame([{"condition": condition, "dataset": dataset, **figures}
+                         for condition, dataset, figures in measured_figures(frame)])
 
 
 def format_table(rows: list[ResultRow]) -> str:

@@ -3,6 +3,7 @@ beside observed ones, deltas, averages, significance), the efficiency table and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Iterator
 
 import pandas as pd
 
@@ -142,16 +143,19 @@ def _average_note(datasets: list[str]) -> str:
             f"'p vs': paired randomization test of per-query scores; below {SIGNIFICANCE_LEVEL} is marked *.")
 
 
+def measured_figures(rows: pd.DataFrame) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(condition, dataset, figure -> value) of the MEASURED rows (efficiency, vector agreement), runs and
+    figures in the order the rows come: the machine's figures, not judged."""
+    chosen = rows[(rows["status"] == STATUS_MEASURED) & rows["observed"].notna()]
+    for (condition, dataset), group in chosen.groupby(["condition", "dataset"], sort=False):
+        yield condition, dataset, dict(zip(group["metric"], group["observed"]))
+
+
 def efficiency_table(systems: list[System]) -> pd.DataFrame:
-    """One line per (system, dataset), one column per efficiency figure; the machine's figures, not judged."""
-    lines = []
-    for system in systems:
-        rows = system.results.rows
-        chosen = rows[(rows["condition"] == system.condition) & (rows["status"] == STATUS_MEASURED)]
-        for dataset, group in chosen.groupby("dataset", sort=False):
-            lines.append({"system": system.label, "dataset": dataset,
-                          **{row.metric: row.observed for row in group.itertuples() if row.observed is not None}})
-    return pd.DataFrame(lines)
+    """One line per (system, dataset), one column per measured figure."""
+    return pd.DataFrame([{"system": system.label, "dataset": dataset, **figures} for system in systems
+                         for condition, dataset, figures in measured_figures(system.results.rows)
+                         if condition == system.condition])
 
 
 def checks_table(results: Results) -> pd.DataFrame:
