@@ -201,3 +201,14 @@ def test_the_screened_projection_keeps_every_activated_column(splade_tiny, scifa
     assert screened.screened is not None and screened.screened.kept / screened.screened.columns < 0.05
     for (dense_ids, dense_weights), (ids, weights) in zip(tiny_encoder.encode(texts, "doc"), screened.encode(texts, "doc")):
         assert np.array_equal(dense_ids, ids) and np.abs(dense_weights - weights).max() <= 1e-6
+
+
+def test_where_integer_products_are_not_exact_auto_screens_in_bfloat16_and_int8_is_refused(monkeypatch):
+    from vtrepro.model.projection import ScreenedProjection
+
+    monkeypatch.setattr("vtrepro.model.projection.COLUMN_LEVELS", ())  # no level passes the probe
+    decoder = torch.nn.Linear(16, 40).requires_grad_(False)
+    assert ScreenedProjection(decoder).screen == "bfloat16"
+    with pytest.raises(VtreproError, match="int8 matrix products are not exact on this CPU: use --projection "
+                                           "screened-bfloat16"):
+        ScreenedProjection(decoder, "int8")

@@ -5,6 +5,7 @@ PRECISIONS = ("float32", "bfloat16", "float16")
 """Precisions of the encoder body; the head, pooling and bias stay float32."""
 PROJECTIONS = ("dense", "screened", "screened-int8", "screened-bfloat16")
 """How the vocabulary is projected (:mod:`vtrepro.model.projection`): ``screened`` takes the int8 screen on
-CPU and the bfloat16 screen elsewhere; the others name their screen. Every one gives the same vectors."""
+CPU (where its integer products are exact) and the bfloat16 screen elsewhere; the others name their
+screen. Every one gives the same vectors."""
 SCREENS = ("auto", "int8", "bfloat16")
 """The screens of the screened projection, ``auto`` choosing by device."""

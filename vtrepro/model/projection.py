@@ -4,8 +4,9 @@ Dense computes every token's logit for every vocabulary column in float32. Scree
 columns whose max-pooled logit plus bias can be positive with a cheap low-precision pass, then computes
 only those in float32 exactly as dense does. A trained SPLADE activates about 1% of its columns, and
 every other column's weight is zero either way. Two screens, both rigorous, differ only in speed:
-int8 (the default on CPU: integer products run 2.8x float32 on AVX2 and 8x with VNNI) and bfloat16
-(the default on GPUs; fast on CPUs only where bfloat16 arithmetic is native).
+int8 (the default on CPU: integer products run 2.8x float32 on AVX2 and 8x with VNNI; bfloat16 on a
+CPU whose integer kernel the probe finds inexact) and bfloat16 (the default on GPUs; fast on CPUs only
+where bfloat16 arithmetic is native).
 
 The bfloat16 screen. Let h be a token row and w a column of dimension d, with
 u = 2^-8 the unit roundoff of bfloat16 and g = d 2^-24 / (1 - d 2^-24). Rounding h and w to bfloat16
@@ -98,19 +99,23 @@ def screen_factor(dimension: int) -> float:
 class ScreenedProjection:
     """Max-pooled logits of the columns that can activate (exact, float32, bias added); -inf elsewhere.
 
-    ``screen`` is ``int8``, ``bfloat16`` or ``auto`` (int8 on CPU, bfloat16 elsewhere).
+    ``screen`` is ``int8``, ``bfloat16`` or ``auto``: int8 on CPU where its integer products are exact
+    (probed), bfloat16 elsewhere.
     """
 
     def __init__(self, decoder: nn.Linear, screen: str = "auto"):
         weight = decoder.weight.detach()
         self.weight = weight
         self.bias = decoder.bias.detach() if decoder.bias is not None else torch.zeros(weight.shape[0], device=weight.device)
-        if screen == "auto":
-            screen = "int8" if weight.device.type == "cpu" else "bfloat16"
-        if screen not in SCREEN_CLASSES:
+        if screen not in ("auto", *SCREEN_CLASSES):
             raise ValueError(f"screen must be auto, int8 or bfloat16, got {screen!r}")
-        self.screen = screen
-        self.upper_bounds = SCREEN_CLASSES[screen](weight, self.bias)
+        self.screen = screen if screen != "auto" else "int8" if weight.device.type == "cpu" else "bfloat16"
+        try:
+            self.upper_bounds = SCREEN_CLASSES[self.screen](weight, self.bias)
+        except VtreproError:
+            if screen != "auto":
+                raise
+            self.screen, self.upper_bounds = "bfloat16", BFloat16Screen(weight, self.bias)
         self.kept = self.columns = 0  # columns computed exactly, and columns screened, since creation
 
     def __call__(self, rows: Tensor, lengths: list[int]) -> Tensor:
