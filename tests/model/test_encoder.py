@@ -191,7 +191,7 @@ def test_a_screen_bounds_every_dense_max_pooled_logit(screen, scale):
 @pytest.mark.parametrize("projection", ["screened-int8", "screened-bfloat16"])
 def test_the_screened_projection_keeps_every_activated_column(splade_tiny, scifact_sample, tiny_encoder, projection):
     """Every column the dense path activates is computed exactly; the vectors equal the dense ones."""
-    screened = SpladeEncoder(splade_tiny, max_length_doc=256, projection=projection)
+    screened = SpladeEncoder(splade_tiny, max_length_doc=256, projection=projection, device="cpu")
     texts = [document.contents for document in scifact_sample]
     dense_logits = tiny_encoder.max_logits(texts, "doc")
     screened_logits = torch.cat([pooled for _, pooled in screened._pooled_batches(texts, "doc", screened=True)])
@@ -200,7 +200,24 @@ def test_the_screened_projection_keeps_every_activated_column(splade_tiny, scifa
     assert torch.isfinite(screened_logits[dense_logits > 0]).all()
     assert screened.screened is not None and screened.screened.kept / screened.screened.columns < 0.05
     for (dense_ids, dense_weights), (ids, weights) in zip(tiny_encoder.encode(texts, "doc"), screened.encode(texts, "doc")):
-        assert np.array_equal(dense_ids, ids) and np.abs(dense_weights - weights).max() <= 1e-6
+        assert np.array_equal(dense_ids, ids) and np.allclose(dense_weights, weights, rtol=1e-5, atol=0)
+
+
+def test_the_int8_bound_holds_where_every_rounding_error_points_the_same_way():
+    """Rows and columns whose components all sit just under half a quantization step above a level, all
+    positive: every residual and cross term has the same sign, the worst case for the int8 bound."""
+    from vtrepro.model.projection import Int8Screen
+
+    generator = torch.Generator().manual_seed(1)
+    levels = torch.randint(0, 60, (300, 128), generator=generator).float()
+    rows = (levels + 0.499) / 127  # the text scale is max/127 = (59 + 0.499)/127 at most; near-half residuals
+    rows[:, 0] = 1.0  # fixes every row's scale at 1/127
+    columns = (torch.randint(0, 60, (500, 128), generator=generator).float() + 0.499) / 64
+    columns[:, 0] = 127 / 64
+    bias = -(rows.double() @ columns.double().T).amax(dim=0).float()  # every column right at its threshold
+    bounds = Int8Screen(columns, bias)(rows, [300])
+    exact = (rows.double() @ columns.double().T).amax(dim=0) + bias.double()
+    assert (bounds.double() >= exact).all() and (bounds > 0).all()
 
 
 def test_where_integer_products_are_not_exact_auto_screens_in_bfloat16_and_int8_is_refused(monkeypatch):

@@ -199,6 +199,24 @@ def test_an_index_a_killed_build_had_set_aside_is_put_back(both_indexes, tmp_pat
     assert read_pisa_meta(tmp_path / "pisa") == meta and hidden(tmp_path) == []
 
 
+def test_a_rebuild_failing_between_its_two_renames_keeps_the_old_index(both_indexes, tmp_path, monkeypatch):
+    vectors, _, _ = both_indexes
+    meta = build_pisa_index(vectors, tmp_path / "pisa")
+    write_vectors(tmp_path / "other", {"d9": {"paris": 7}})
+    rename = Path.rename
+
+    def failing_move_in(self, target):
+        if self.name.endswith(".tmp"):
+            raise OSError(28, "No space left on device")
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", failing_move_in)
+    with pytest.raises(OSError):
+        build_pisa_index(tmp_path / "other", tmp_path / "pisa")
+    monkeypatch.undo()
+    assert read_pisa_meta(tmp_path / "pisa") == meta and hidden(tmp_path) == []
+
+
 def test_a_failed_rebuild_leaves_no_temporary_folder_and_the_index_as_it_was(both_indexes, tmp_path, monkeypatch):
     vectors, _, _ = both_indexes
     meta = build_pisa_index(vectors, tmp_path / "pisa")

@@ -2,8 +2,11 @@
 
 Dense computes every token's logit for every vocabulary column in float32. Screened first finds the
 columns whose max-pooled logit plus bias can be positive with a cheap low-precision pass, then computes
-only those in float32 exactly as dense does. A trained SPLADE activates about 1% of its columns, and
-every other column's weight is zero either way. Two screens, both rigorous, differ only in speed:
+only those in float32. A trained SPLADE activates about 1% of its columns, and every other column's
+weight is zero either way; no column the dense path activates is ever dropped. The kept columns'
+float32 products run through another matrix shape than dense's, so a weight may differ in its last
+bits (2.4e-7 to 9.6e-7 measured); the quantized vectors were identical in every run measured
+(docs/performance.md). Two screens, both rigorous, differ only in speed:
 int8 (the default on CPU: integer products run 2.8x float32 on AVX2 and 8x with VNNI; bfloat16 on a
 CPU whose integer kernel the probe finds inexact) and bfloat16 (the default on GPUs; fast on CPUs only
 where bfloat16 arithmetic is native).
@@ -22,7 +25,7 @@ is positive after allowing for float32 rounding of the bound itself. The screen 
 drops a column the dense path activates. The bound assumes bfloat16 products are accumulated in
 float32, as oneDNN and PyTorch's CPU kernels do.
 
-The int8 screen. Each column w is stored as s q + e (q int8, s = max|w_i| / L, L = 127, or 63 where
+The int8 screen. Each column w is stored as s q + e (q int8, s = max|w_i| / L, L = 127, or 64 where
 the machine's kernel would saturate: see COLUMN_LEVELS) and each token row h of a text as σ p + r
 (p int8, σ = max over the text's rows of max|h_i| / 127), so that one text's integer products p.q
 compare across its tokens and are max-pooled as exact int32 (|p.q| <= 127 L d < 2^31). Then
@@ -35,6 +38,7 @@ allowing for float32 rounding of the bound. The norms are computed in float64 an
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import numpy as np
@@ -49,14 +53,14 @@ INT8_PROJECTION_ROWS, INT8_PROJECTION_COLUMNS = 256, 2048
 """Token rows and vocabulary columns per integer product: its int32 block (2 MB) is max-pooled while in
 cache. Measured on the AVX2 path: 256 x 2,048 blocks take 0.69x the time of 256 x 30,522 products."""
 PROBED_ROW_COUNTS = (1, 2, 3, 8, 17, 64, 129, INT8_PROJECTION_ROWS)
-"""Row counts at which the integer kernel is probed: one row takes a matrix-vector path, odd and small
-counts the kernels' edge cases, the largest the full chunk."""
+"""Row counts probed when the int8 screen is built: one row may take a matrix-vector path, odd and small
+counts the kernels' edges, the largest a full chunk."""
 BFLOAT16_UNIT = 2.0**-8
 FLOAT32_UNIT = 2.0**-24
-ROW_LEVELS, COLUMN_LEVELS = 127, (127, 63)
+ROW_LEVELS, COLUMN_LEVELS = 127, (127, 64)
 """Integer levels of the int8 screen's token rows, and the column levels tried, finest first. x86 int8
-kernels without VNNI add pairs of u8 x s8 products in int16 with saturation (rows shifted to u8), where
-only 255 x 63 x 2 < 2^15 keeps every pair exact; the kernel is probed before its levels are trusted."""
+kernels without VNNI add pairs of u8 x s8 products in int16 with saturation (rows shifted to u8), which
+255 x 64 x 2 <= 2^15 - 1 keeps exact; the kernel is probed before its levels are trusted."""
 
 
 def segment_max(rows: Tensor, lengths: list[int], project: Callable[[Tensor], Tensor], columns: int,
@@ -119,7 +123,7 @@ class ScreenedProjection:
         self.kept = self.columns = 0  # columns computed exactly, and columns screened, since creation
 
     def __call__(self, rows: Tensor, lengths: list[int]) -> Tensor:
-        keep = self.upper_bounds(rows, lengths) > 0
+        keep = ~(self.upper_bounds(rows, lengths) <= 0)  # a NaN bound keeps its column: dense gives NaN too
         ends = np.cumsum(lengths).tolist()
         pooled = torch.full(keep.shape, float("-inf"), dtype=torch.float32, device=rows.device)
         for segment, (end, length) in enumerate(zip(ends, lengths)):
@@ -153,7 +157,11 @@ class Int8Screen:
 
     def __init__(self, weight: Tensor, bias: Tensor):
         self.bias = bias
-        self.levels = exact_column_levels(weight.shape[1], weight.shape[0])
+        if weight.device.type != "cpu":
+            raise VtreproError("the int8 screen runs on CPU only: use --projection screened or screened-bfloat16")
+        widths = sorted({len(block) for block in torch.arange(weight.shape[0]).split(INT8_PROJECTION_COLUMNS)})
+        self.levels = exact_column_levels(weight.shape[1], widths)
+        self.verified = {(count, width) for count in PROBED_ROW_COUNTS for width in widths}  # exact shapes
         self.scales = weight.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny) / self.levels
         codes = torch.round(weight / self.scales[:, None]).clamp(-self.levels, self.levels)
         # Column-major views: the layout the integer kernels run fastest on.
@@ -164,15 +172,15 @@ class Int8Screen:
         self.float32_error = _rounded_up(_float32_dot_error(weight.shape[1]) * weight.double().norm(dim=1))
 
     def __call__(self, rows: Tensor, lengths: list[int]) -> Tensor:
-        row_scales = torch.repeat_interleave(
-            _segment_values(rows.abs().amax(dim=1), lengths).clamp(min=torch.finfo(torch.float32).tiny) / ROW_LEVELS,
-            torch.tensor(lengths, device=rows.device),
-        )
+        text_scales = _segment_values(rows.abs().amax(dim=1), lengths).clamp(min=torch.finfo(torch.float32).tiny)
+        text_scales = text_scales / ROW_LEVELS
+        row_scales = torch.repeat_interleave(text_scales, torch.tensor(lengths, device=rows.device))
         codes = torch.round(rows / row_scales[:, None]).clamp(-ROW_LEVELS, ROW_LEVELS)
         codes8 = codes.to(torch.int8)
-        products = torch.cat([_integer_max(codes8, lengths, block) for block in self.blocks], dim=1)
+        products = torch.cat([segment_max(codes8, lengths, functools.partial(self._products, block=block), block.shape[1],
+                                          dtype=torch.int32, chunk_rows=INT8_PROJECTION_ROWS) for block in self.blocks],
+                             dim=1)
         quantized = codes.double() * row_scales.double()[:, None]
-        text_scales = _segment_values(row_scales, lengths)
         approximate = text_scales[:, None] * self.scales[None, :] * products.float()
         quantized_norm = _segment_values(_rounded_up(quantized.norm(dim=1)), lengths)[:, None]
         residual_norm = _segment_values(_rounded_up((rows.double() - quantized).norm(dim=1)), lengths)[:, None]
@@ -181,11 +189,16 @@ class Int8Screen:
                   + row_norm * self.float32_error)
         return _upper_bound(approximate, margin, self.bias)
 
-
-def _integer_max(codes: Tensor, lengths: list[int], block: Tensor) -> Tensor:
-    """Per segment of rows, the max over its rows of their exact int32 products with a block of columns."""
-    return segment_max(codes, lengths, lambda chunk: torch._int_mm(chunk, block), block.shape[1], dtype=torch.int32,
-                       chunk_rows=INT8_PROJECTION_ROWS)
+    def _products(self, chunk: Tensor, block: Tensor) -> Tensor:
+        """The exact int32 products of a chunk of row codes with a block of column codes; a shape the
+        kernel has not run before is probed first (its path may differ)."""
+        shape = (len(chunk), block.shape[1])
+        if shape not in self.verified:
+            if not _exact_products(*shape, block.shape[0], self.levels):
+                raise VtreproError(f"int8 matrix products of shape {shape} are not exact on this CPU: use "
+                                   "--projection screened-bfloat16")
+            self.verified.add(shape)
+        return torch._int_mm(chunk, block)
 
 
 SCREEN_CLASSES: dict[str, Callable[[Tensor, Tensor], Callable[[Tensor, list[int]], Tensor]]] = {
@@ -193,27 +206,26 @@ SCREEN_CLASSES: dict[str, Callable[[Tensor, Tensor], Callable[[Tensor, list[int]
 }
 
 
-def exact_column_levels(dimension: int, columns: int) -> int:
-    """The most int8 column levels (127, else 63) at which this machine's integer matrix product is exact
-    at the screen's shapes. Saturation grows with the magnitude of same-sign products, so rows and columns
-    of extreme values of both signs are the worst case; each row count takes the kernel's own path."""
+def exact_column_levels(dimension: int, widths: list[int]) -> int:
+    """The most int8 column levels (COLUMN_LEVELS, finest first) at which this machine's integer matrix
+    product is exact at PROBED_ROW_COUNTS rows times each width of column block (other row counts are
+    probed when they first occur). Saturation grows with the magnitude of same-sign products, so rows and
+    columns of extreme values of both signs are the worst case."""
     for levels in COLUMN_LEVELS:
-        column_signs = torch.ones(columns, dtype=torch.int64)
-        column_signs[1::2] = -1
-        probe = (column_signs[:, None] * levels).to(torch.int8).expand(columns, dimension).contiguous()
-        if all(_exact_products(probe, count, levels) for count in PROBED_ROW_COUNTS):
+        if all(_exact_products(count, width, dimension, levels) for width in widths for count in PROBED_ROW_COUNTS):
             return levels
     raise VtreproError("int8 matrix products are not exact on this CPU: use --projection screened-bfloat16")
 
 
-def _exact_products(probe: Tensor, count: int, column_levels: int) -> bool:
-    """Whether ``count`` rows of +-ROW_LEVELS times the +-column_levels probe give the exact products."""
-    row_signs = torch.ones(count, dtype=torch.int64)
-    row_signs[1::2] = -1
-    rows = (row_signs[:, None] * ROW_LEVELS).to(torch.int8).expand(count, probe.shape[1]).contiguous()
-    column_signs = probe[:, 0].long().sign()
-    expected = torch.outer(row_signs, column_signs) * (ROW_LEVELS * column_levels * probe.shape[1])
-    return torch.equal(torch._int_mm(rows, probe.T).long(), expected)
+def _exact_products(count: int, width: int, dimension: int, column_levels: int) -> bool:
+    """Whether ``count`` rows of +-ROW_LEVELS times ``width`` columns of +-column_levels (alternating
+    signs) give the exact products, in the column-major layout the screen uses."""
+    row_signs, column_signs = torch.ones(count, dtype=torch.int64), torch.ones(width, dtype=torch.int64)
+    row_signs[1::2], column_signs[1::2] = -1, -1
+    rows = (row_signs[:, None] * ROW_LEVELS).to(torch.int8).expand(count, dimension).contiguous()
+    columns = (column_signs[:, None] * column_levels).to(torch.int8).expand(width, dimension).contiguous()
+    expected = torch.outer(row_signs, column_signs) * (ROW_LEVELS * column_levels * dimension)
+    return torch.equal(torch._int_mm(rows, columns.T).long(), expected)
 
 
 def _upper_bound(approximate: Tensor, margin: Tensor, bias: Tensor) -> Tensor:

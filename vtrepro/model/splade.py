@@ -87,8 +87,6 @@ class SpladeEncoder:
         if projection not in PROJECTIONS:
             raise VtreproError(f"projection must be one of {', '.join(PROJECTIONS)}, got {projection!r}")
         self.projection = projection
-        if projection == "screened-int8" and self.device.type != "cpu":
-            raise VtreproError("the int8 screen runs on CPU only: use --projection screened or screened-bfloat16")
         screen = projection.removeprefix("screened").removeprefix("-") or "auto"
         self.screened = ScreenedProjection(self._decoder, screen) if projection != "dense" else None
         self.projection_seconds = 0.0  # time spent in the vocabulary projection (read by the benchmark)

@@ -26,7 +26,8 @@ AGREEMENT_FIGURES: dict[str, str] = {
 
 
 def vector_agreement(ours: EncodedVectors, theirs: EncodedVectors) -> dict[str, float | int]:
-    """The agreement figures of two encodings of the same corpus and queries."""
+    """The agreement figures of two encodings of the same corpus and queries (both held in memory:
+    fine for BEIR test corpora; an MS MARCO-sized comparison would want it shard by shard)."""
     documents = _agreement(load_vectors(vector_files(ours.corpus)), load_vectors(vector_files(theirs.corpus)))
     queries = _agreement(read_query_vectors(ours.queries), read_query_vectors(theirs.queries))
     return {

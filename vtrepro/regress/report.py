@@ -13,7 +13,7 @@ from vtrepro.core.io import atomic_write, write_json
 from vtrepro.regress.compare import ResultRow
 from vtrepro.regress.spec import Spec
 from vtrepro.report.command import published_systems
-from vtrepro.report.render import build_report, write_report_files
+from vtrepro.report.render import build_report, figure_text, write_report_files
 from vtrepro.report.results import RESULTS_NAME, STATUS_MEASURED, load_results
 from vtrepro.report.tables import measured_figures
 from vtrepro.training.run_folder import LOG_NAME
@@ -80,7 +80,7 @@ def format_table(rows: list[ResultRow]) -> str:
     if not efficiency.empty:
         shown = efficiency.set_index(["condition", "dataset"]).T
         shown.columns = [f"{condition}/{dataset}" for condition, dataset in shown.columns]
-        shown = shown.map(lambda value: "" if pd.isna(value) else f"{value:.4g}" if isinstance(value, float) else str(value))
+        shown = shown.map(figure_text)
         text += ("\n\nMeasured on this machine (efficiency, and vector agreement; not judged):\n"
                  + _aligned(shown.reset_index(names="figure")))
     return text

@@ -197,6 +197,23 @@ class Outcome:
     distributions: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # "condition/dataset" -> ...
 
 
+def _agreement(condition: Condition, dataset_run: DatasetRun, observation: Observation,
+               encodings: dict[tuple[str, str], EncodedVectors]) -> list[ResultRow]:
+    """Keep this run's vectors for later conditions; with ``agrees_with``, measure them against that
+    condition's on this dataset (a note when it has none: it failed or was not selected)."""
+    if observation.encoded is None:
+        return []
+    encodings[(condition.name, dataset_run.name)] = observation.encoded
+    if condition.agrees_with is None:
+        return []
+    other = encodings.get((condition.agrees_with, dataset_run.name))
+    if other is None:
+        print(f"[{condition.name} / {dataset_run.name}] no vectors of '{condition.agrees_with}' on this dataset to "
+              "measure against (it failed or was not selected)", file=sys.stderr, flush=True)
+        return []
+    return agreement_rows(condition, dataset_run, vector_agreement(observation.encoded, other))
+
+
 def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: Path, args: argparse.Namespace,
             argv: list[str], sources: dict, references: dict, datasets: dict) -> Outcome:
     """Run every selected (condition, dataset). A run that fails on bad input or the file system is
@@ -218,6 +235,7 @@ def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: P
                 try:
                     observation = runner.run(dataset_run, datasets[dataset_run.name], sources.get(key),
                                              references.get(key))
+                    agreement = _agreement(condition, dataset_run, observation, encodings)
                 except (VtreproError, OSError) as error:
                     message = os_error_message(error) if isinstance(error, OSError) else " ".join(str(error).split())
                     outcome.errors.append(f"{condition.name}/{dataset_run.name}: {message}")
@@ -229,12 +247,7 @@ def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: P
                 outcome.timings[f"{condition.name}/{dataset_run.name}"] = observation.seconds
                 if observation.efficiency.distributions:
                     outcome.distributions[f"{condition.name}/{dataset_run.name}"] = observation.efficiency.distributions
-                rows = compare(condition, dataset_run, observation)
-                if observation.encoded is not None:
-                    encodings[key] = observation.encoded
-                    other = encodings.get((condition.agrees_with or "", dataset_run.name))
-                    if other is not None:
-                        rows += agreement_rows(condition, dataset_run, vector_agreement(observation.encoded, other))
+                rows = compare(condition, dataset_run, observation) + agreement
                 outcome.rows += rows
                 print(f"[{condition.name} / {dataset_run.name}] done in {observation.seconds} s: {tally(rows)}",
                       file=sys.stderr, flush=True)

@@ -56,7 +56,8 @@ _INDEX = {key: Field(int, None, minimum=0, nullable=True) for key in INDEX_STATS
 @dataclass(frozen=True)
 class EncoderSettings:
     """How a condition encodes. A half-precision ``dtype`` gives other vectors than float32: their own
-    pins, and a tolerance measured for them; the ``projection`` gives the same vectors either way."""
+    pins, and a tolerance measured for them; a screened ``projection`` gave float32's quantized vectors
+    in every run measured."""
 
     max_length_doc: int = 512
     max_length_query: int = 64

@@ -138,7 +138,7 @@ def write_markdown(report: Report, path: Path) -> None:
         parts.append("## Figures\n\n" + "\n".join(f"![{caption}]({FIGURES_DIRNAME}/{name}.png)"
                                                   for name, (caption, _) in report.figures.items()) + "\n")
     if not report.efficiency.empty:
-        parts.append("## Efficiency (measured on the machine that ran it; not judged)\n")
+        parts.append("## Measured: efficiency and vector agreement (on the machine that ran it; not judged)\n")
         parts.append(_efficiency_text(report.efficiency).to_markdown(index=False, tablefmt="pipe", disable_numparse=True) + "\n")
     parts.append("## Commands\n\n" + "\n".join(f"- {column} / {dataset}: `{command}`"
                                                 for (column, dataset), command in matrix.commands.items()) + "\n")
@@ -151,10 +151,11 @@ def write_markdown(report: Report, path: Path) -> None:
 
 def _efficiency_text(frame: pd.DataFrame) -> pd.DataFrame:
     """Figures at 4 significant digits; a figure no run has (e.g. FLOPS of BM25) is left out."""
-    return frame.dropna(axis=1, how="all").map(_figure_text)
+    return frame.dropna(axis=1, how="all").map(figure_text)
 
 
-def _figure_text(value) -> str:
+def figure_text(value: object) -> str:
+    """A measured figure as shown: 4 significant digits, blank where missing."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     return f"{value:.4g}" if isinstance(value, float) else str(value)
@@ -199,7 +200,7 @@ def write_html(report: Report, path: Path) -> None:
         body.append(f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{encoded}">'
                     f"<figcaption>{html.escape(caption)}</figcaption></figure>")
     if not report.efficiency.empty:
-        body.append("<h2>Efficiency (measured on the machine that ran it; not judged)</h2>")
+        body.append("<h2>Measured: efficiency and vector agreement (on the machine that ran it; not judged)</h2>")
         body.append(_efficiency_text(report.efficiency).to_html(index=False, border=0))
     body.append("<h2>Commands</h2><ul>" + "".join(
         f"<li>{html.escape(column)} / {html.escape(dataset)}: {_code(command)}</li>"

@@ -89,6 +89,8 @@ def build_pisa_index(vectors_dir: str | Path, index_dir: str | Path,
         staging.rename(index_dir)
         return meta
     finally:
+        if aside.exists() and not index_dir.exists():  # the new index never arrived: the old one goes back
+            aside.rename(index_dir)
         shutil.rmtree(staging, ignore_errors=True)
         shutil.rmtree(aside, ignore_errors=True)
 
