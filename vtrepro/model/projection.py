@@ -46,6 +46,7 @@ import torch
 from torch import Tensor, nn
 
 from vtrepro.core.errors import VtreproError
+from vtrepro.model.options import SCREENS
 
 PROJECTION_ROWS = 128
 """Token rows projected onto the vocabulary at once: their logits (~16 MB at 30k terms) stay in cache."""
@@ -111,8 +112,8 @@ class ScreenedProjection:
         weight = decoder.weight.detach()
         self.weight = weight
         self.bias = decoder.bias.detach() if decoder.bias is not None else torch.zeros(weight.shape[0], device=weight.device)
-        if screen not in ("auto", *SCREEN_CLASSES):
-            raise ValueError(f"screen must be auto, int8 or bfloat16, got {screen!r}")
+        if screen not in SCREENS:
+            raise ValueError(f"screen must be one of {', '.join(SCREENS)}, got {screen!r}")
         self.screen = screen if screen != "auto" else "int8" if weight.device.type == "cpu" else "bfloat16"
         try:
             self.upper_bounds = SCREEN_CLASSES[self.screen](weight, self.bias)
