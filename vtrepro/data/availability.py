@@ -7,7 +7,7 @@ import urllib.request
 from pathlib import Path
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.data.beir import BEIR_DATASETS, BEIR_URL, data_root, load_dataset
+from vtrepro.data.beir import BEIR_DATASETS, BEIR_URL, NOT_REDISTRIBUTED, data_root, load_dataset
 
 DOWNLOAD_PROBE_TIMEOUT_S = 10.0
 
@@ -39,6 +39,23 @@ def dataset_availability(name: str, data_dir: str | Path | None) -> tuple[str, s
         reason = " ".join(str(getattr(error, "reason", error)).split())[:120]
         return "missing", (f"dataset {name} is not under the data root (--data-dir / $VTREPRO_DATA) and BEIR's "
                            f"download server is unreachable ({reason})")
+
+
+def check_dataset_split(name: str, split: str, data_dir: str | Path | None) -> bool:
+    """What a run checks on a dataset before any work, without downloading; returns whether it is here.
+
+    A dataset here must have ``qrels/<split>.tsv`` naming only queries of its queries file (both read and
+    checked); one not here must be a BEIR dataset that a run may download (it is checked once fetched).
+    ``regress --dry-run`` checks with this what the real run checks.
+    """
+    try:
+        dataset = load_dataset(name, data_dir, download=False)
+    except VtreproError:
+        if name in BEIR_DATASETS and name not in NOT_REDISTRIBUTED:
+            return False
+        raise
+    dataset.queries(split)
+    return True
 
 
 def file_availability(value: str, data_dir: str | Path | None) -> tuple[str, str | None]:

@@ -3,6 +3,10 @@
 A dataset folder holds ``corpus.jsonl[.gz]``, ``queries.jsonl[.gz]`` and ``qrels/<split>.tsv``
 (header ``query-id<TAB>corpus-id<TAB>score``). A split's queries are those its qrels name,
 as with BEIR's ``GenericDataLoader(...).load(split=...)``.
+
+Every reader refuses, with the file and line, what a later stage would change or fail on: ids with
+whitespace or control characters, text holding a lone surrogate (a ``\\ud800`` JSON escape: not
+Unicode, so it cannot be encoded or written), and qrels lines that are not exactly one judgment.
 """
 from __future__ import annotations
 
@@ -41,7 +45,18 @@ BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{
 HF_API_URL = "https://huggingface.co/api/datasets/{}"
 DOWNLOAD_TIMEOUT_S = 10.0
 REQUIRED_FILES = "corpus.jsonl[.gz], queries.jsonl[.gz], qrels/test.tsv"
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")
+DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
+"""A dataset name, never a path: ``scifact``, or ``<group>/<name>`` like ``cqadupstack/android``; no ``..``,
+no leading ``/`` or ``~``, so a name stays under the data root and the output folder it names."""
+SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+QRELS_HEADER = "query-id\tcorpus-id\tscore"
+"""BEIR's qrels header: only this exact first line (a ``\\r\\n`` ending allowed) is skipped; TREC qrels have none."""
+MIN_RELEVANCE, MAX_RELEVANCE = -(2**31), 1000
+"""Relevance grades are plain decimal integers in this range: trec_eval keeps one counter per grade up to the
+largest, so its memory and time grow with it (10^8: 0.8 GB and 10 s; 2^31 - 1 under a 4 GiB limit scored 0
+without a word; 2^63 - 1 crashed it); the lowest is the C ``long`` of every platform (32 bits on Windows)."""
+_RELEVANCE = re.compile(r"-?[0-9]+")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +117,9 @@ class BeirDataset:
         return path
 
     def _qrels_file(self, split: str) -> Path:
+        if not SPLIT_NAME.fullmatch(split):
+            raise VtreproError(f"{self.path}: split {split!r} is not a split name (letters, digits, '.', '_', '-'); "
+                               f"use one of: {', '.join(self.splits()) or 'none'}")
         path = self.path / "qrels" / f"{split}.tsv"
         if not path.is_file():
             available = ", ".join(self.splits()) or "none"
@@ -122,17 +140,17 @@ def _unique_records(path: Path, kind: str) -> Iterator[tuple[int, str, dict[str,
         yield line, record_id, record
 
 
-def _body_field(record: dict[str, Any], path: Path, line: int) -> str:
-    """The text: BEIR's ``text``, or Pyserini's ``contents`` when there is no ``text``."""
+def body_field(record: dict[str, Any], path: Path, line: int) -> str:
+    """The checked text of a JSONL record: BEIR's ``text``, or Pyserini's ``contents`` when there is no ``text``."""
     key = "text" if "text" in record or "contents" not in record else "contents"
-    return _text_field(record, key, path, line, required=True)
+    return text_field(record, key, path, line, required=True)
 
 
 def read_corpus(path: str | Path) -> list[Document]:
     """Documents of a JSONL corpus (BEIR ``_id/title/text`` or Pyserini ``id/contents``), in file order."""
     path = Path(path)
     return [
-        Document(doc_id, _text_field(record, "title", path, line, required=False), _body_field(record, path, line))
+        Document(doc_id, text_field(record, "title", path, line, required=False), body_field(record, path, line))
         for line, doc_id, record in _unique_records(path, "document")
     ]
 
@@ -140,7 +158,7 @@ def read_corpus(path: str | Path) -> list[Document]:
 def read_queries(path: str | Path) -> dict[str, str]:
     """``{query_id: text}`` of a JSONL queries file (``_id|id`` and ``text|contents``), in file order."""
     path = Path(path)
-    return {query_id: _body_field(record, path, line) for line, query_id, record in _unique_records(path, "query")}
+    return {query_id: body_field(record, path, line) for line, query_id, record in _unique_records(path, "query")}
 
 
 def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
@@ -181,7 +199,7 @@ def load_dataset(
     root = data_root(data_dir)
     cache = root / "beir" if root is not None else Path.home() / ".cache" / "vtrepro" / "beir"
     candidates = [cache / name, root / name] if root is not None else [cache / name]
-    if _NAME.fullmatch(name):
+    if DATASET_NAME.fullmatch(name):
         for folder in candidates:
             if _jsonl_file(folder, "corpus") is not None:
                 return BeirDataset(name, folder)
@@ -256,39 +274,66 @@ def _checked_id(value: str, path: Path, line: int) -> str:
     return value
 
 
-def _text_field(record: dict[str, Any], key: str, path: Path, line: int, required: bool) -> str:
+def text_field(record: dict[str, Any], key: str, path: Path, line: int, required: bool) -> str:
+    """The string ``record[key]`` ("" when absent and not ``required``); not a string, or holding a lone
+    surrogate (a JSON ``\\ud800`` escape: no UTF-8 encoding exists for it), is an error naming the line."""
     value = record.get(key)
     if value is None and not required:
         return ""
     if not isinstance(value, str):
         raise VtreproError(f"{path}:{line}: '{key}' must be a string, got {value!r:.60}")
+    surrogate = _SURROGATE.search(value)
+    if surrogate is not None:
+        raise VtreproError(f"{path}:{line}: '{key}' holds a lone surrogate {surrogate.group()!r} at character "
+                           f"{surrogate.start() + 1}, a \\u escape that is not Unicode text (it cannot be encoded "
+                           "or written as UTF-8); fix or remove that escape")
     return value
 
 
 def _qrels_rows(path: Path) -> Iterator[tuple[int, str, str, int]]:
-    """Yield ``(line, query_id, doc_id, score)``; a first line whose score is not an integer is the header."""
+    """Yield ``(line, query_id, doc_id, relevance)`` of BEIR (``query-id<TAB>corpus-id<TAB>score``) or TREC
+    (``query-id iteration doc-id relevance``, whitespace-separated) qrels; blank lines are skipped. Only a
+    first line that is exactly :data:`QRELS_HEADER` is a header; a file without judgments is an error."""
+    judgments = 0
     for line_number, line in read_lines(path):
         line = line.rstrip("\r\n")
-        if not line.strip():
+        if not line.strip() or (line_number == 1 and line == QRELS_HEADER):
             continue
-        fields = [field.strip() for field in line.split("\t")]
-        if len(fields) == 1 and len(line.split()) == 4:  # TREC qrels: qid iteration docid score
-            fields = [line.split()[0], *line.split()[2:]]
-        score = _int_or_none(fields[2]) if len(fields) == 3 else None
-        if score is not None and fields[0] and fields[1]:
-            yield line_number, _checked_id(fields[0], path, line_number), _checked_id(fields[1], path, line_number), score
-        elif not (line_number == 1 and len(fields) == 3 and score is None):
-            raise VtreproError(
-                f"{path}:{line_number}: expected 'query-id<TAB>corpus-id<TAB>score' with an integer "
-                f"score, got {line!r:.80}; fix or remove that line"
-            )
+        query_id, doc_id, relevance = _qrels_fields(line, path, line_number)
+        judgments += 1
+        yield (line_number, _checked_id(query_id, path, line_number), _checked_id(doc_id, path, line_number),
+               _relevance(relevance, path, line_number, first=line_number == 1))
+    if not judgments:
+        raise VtreproError(f"{path}: holds no judgments; a qrels file needs 'query-id<TAB>corpus-id<TAB>score' "
+                           "lines (after an optional header) or TREC 'query-id iteration doc-id relevance' lines")
 
 
-def _int_or_none(text: str) -> int | None:
-    try:
-        return int(text)
-    except ValueError:
-        return None
+def _qrels_fields(line: str, path: Path, line_number: int) -> tuple[str, str, str]:
+    """``(query_id, doc_id, relevance)`` of a BEIR line (three tab-separated fields) or a TREC line (four
+    whitespace-separated fields, no tab); anything else is an error."""
+    fields = [field.strip() for field in line.split("\t")]
+    if len(fields) == 3 and fields[0] and fields[1]:
+        return fields[0], fields[1], fields[2]
+    words = line.split()
+    if len(fields) == 1 and len(words) == 4:
+        return words[0], words[2], words[3]
+    raise VtreproError(f"{path}:{line_number}: expected 'query-id<TAB>corpus-id<TAB>score' (BEIR; the only header "
+                       f"is that exact first line) or 'query-id iteration doc-id relevance' (TREC), got {line!r:.80}; "
+                       "fix or remove that line")
+
+
+def _relevance(text: str, path: Path, line_number: int, first: bool) -> int:
+    """A relevance grade: plain decimal digits (Python's ``int`` would also take ``2_0``, ``+1`` and other
+    scripts' digits) within :data:`MIN_RELEVANCE`..:data:`MAX_RELEVANCE`; on the ``first`` line the error
+    also says which header is the only one skipped."""
+    if not _RELEVANCE.fullmatch(text):
+        header = " (the one header skipped is a first line 'query-id<TAB>corpus-id<TAB>score')" if first else ""
+        raise VtreproError(f"{path}:{line_number}: relevance {text!r:.40} is not an integer written in plain digits "
+                           f"(e.g. 0, 1, 2, -1){header}; fix that line")
+    if len(text.lstrip("-0")) > 10 or not MIN_RELEVANCE <= int(text) <= MAX_RELEVANCE:
+        raise VtreproError(f"{path}:{line_number}: relevance {text:.40} is outside {MIN_RELEVANCE}..{MAX_RELEVANCE} "
+                           "(trec_eval's memory and time grow with the largest grade); use graded levels such as 0-4")
+    return int(text)
 
 
 def _download(name: str, cache: Path) -> str:

@@ -7,7 +7,7 @@ from typing import Iterable, Iterator
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import read_jsonl, read_lines
-from vtrepro.data.beir import load_dataset
+from vtrepro.data.beir import body_field, load_dataset, text_field
 
 
 def read_tsv_texts(path: str | Path, wanted: set[str] | None = None) -> dict[str, str]:
@@ -33,10 +33,8 @@ def corpus_texts(path: str | Path, titles: bool = True) -> Iterator[str]:
         yield from read_tsv_texts(path).values()
         return
     for line, record in read_jsonl(path):
-        text = record.get("text", record.get("contents"))
-        if not isinstance(text, str):
-            raise VtreproError(f"{path}:{line}: missing string field 'text' (or 'contents')")
-        title = (record.get("title") or "") if titles else ""
+        text = body_field(record, path, line)
+        title = text_field(record, "title", path, line, required=False) if titles else ""
         yield f"{title} {text}" if title else text
 
 

@@ -25,17 +25,26 @@ from vtrepro.search.lucene import Run, read_trec_run
 DEFAULT_METRICS: tuple[str, ...] = ("ndcg@10", "recall@100", "recall@1000", "mrr@10")
 _TREC_MEASURES = {"ndcg": "ndcg_cut", "recall": "recall", "precision": "P", "map": "map_cut"}
 RANDOMIZATION_SAMPLES = 10_000
+MAX_CUTOFF = 100_000
+"""The deepest metric cutoff: far beyond any run's depth that means something (BEIR's deepest is 1000), and
+small enough for trec_eval, which misreads cutoffs beyond its C ``long`` (an internal error before)."""
 
 
 def parse_metric(metric: str) -> tuple[str, int]:
-    """``("ndcg", 10)`` for ``"ndcg@10"``; an unknown name or a cutoff below 1 is a one-line error."""
+    """``("ndcg", 10)`` for ``"ndcg@10"``; an unknown name, or a cutoff that is not a plain decimal integer in
+    1..:data:`MAX_CUTOFF` written without leading zeros, is a one-line error."""
     name, _, cutoff = metric.partition("@")
     if name not in (*_TREC_MEASURES, "mrr") or not re.fullmatch(r"-?[0-9]+", cutoff):
         raise VtreproError(
-            f"unknown metric '{metric}': use name@k with name one of ndcg, recall, precision, map, mrr"
+            f"unknown metric {metric!r:.60}: use name@k with name one of ndcg, recall, precision, map, mrr"
         )
+    if len(cutoff.lstrip("-0")) > len(str(MAX_CUTOFF)) or int(cutoff) > MAX_CUTOFF:
+        raise VtreproError(f"metric {metric!r:.60} has a cutoff above {MAX_CUTOFF}; the cutoff must be in "
+                           f"1..{MAX_CUTOFF}, e.g. {name}@1000")
     if int(cutoff) < 1:
         raise VtreproError(f"metric '{metric}' has cutoff {cutoff}; the cutoff must be >= 1, e.g. {name}@10")
+    if cutoff != str(int(cutoff)):
+        raise VtreproError(f"metric '{metric}': write the cutoff without leading zeros: {name}@{int(cutoff)}")
     return name, int(cutoff)
 
 

@@ -217,7 +217,8 @@ class ConditionRunner:
         if encoded is None:
             if self.encode_processes > 1:
                 self._encode_with_torchrun(dataset.path, artifacts)
-            manifest = encode_corpus(self.encoder, dataset.corpus(), artifacts, quantization, replace_other_settings=True)
+            documents = dataset.corpus()  # read and checked before the model loads
+            manifest = encode_corpus(self.encoder, documents, artifacts, quantization, replace_other_settings=True)
             assert manifest is not None  # a lone process merges its own shards
             query_vectors = encode_queries(self.query_encoder, queries, artifacts / QUERIES_NAME, quantization)
             corpus = VectorSetSummary(manifest["fingerprint"], manifest["documents"], manifest["total_terms"])
