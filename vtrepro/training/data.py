@@ -9,9 +9,9 @@ Sources:
   ``msmarco-hard-negatives.jsonl.gz`` lines ``{"qid", "pos": [pid], "neg": {system: [pid]}}`` with
   ``collection.tsv`` (``pid<TAB>text``) and ``queries.train.tsv`` (``qid<TAB>text``).
 
-Teacher scores come from a JSONL file of ``{"qid", "docid", "score"}`` lines or from a pickled
-``{qid: {pid: score}}`` dict (``cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz``), read with an
-unpickler that accepts only plain containers and numbers.
+Teacher scores come from a JSONL file of ``{"qid", "docid", "score"}`` lines (optionally gzipped). A
+pickled dict (``cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz``) is refused unopened: vtrepro never
+unpickles a file it is given; docs/training.md shows the one line that converts a pickle the user trusts.
 
 The order is a pure function of the seed and the step: step ``s`` takes examples
 ``s * B .. s * B + B - 1`` of the endless sequence of seeded per-epoch permutations, and each
@@ -21,10 +21,7 @@ distributed run sees exactly the batches of an uninterrupted single-process run.
 from __future__ import annotations
 
 import functools
-import gzip
-import io
 import json
-import pickle
 import random
 import sys
 from dataclasses import dataclass, field
@@ -152,40 +149,24 @@ def batch_examples(data: TrainingSet, step: int, batch_size: int, seed: int,
 # ---------------------------------------------------------------------------- teacher scores
 
 
-class _PlainUnpickler(pickle.Unpickler):
-    """Unpickles only builtin containers and numbers: a scores dict cannot run code."""
-
-    def find_class(self, module: str, name: str):
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name}: only plain dicts of scores are accepted")
+PICKLE_SUFFIXES = (".pkl", ".pkl.gz", ".pickle", ".pickle.gz")
 
 
 def read_teacher_scores(path: str | Path, wanted: dict[str, set[str]] | None = None) -> dict[str, dict[str, float]]:
-    """``{qid: {docid: score}}`` from JSONL (``qid``, ``docid``, ``score``) or a pickled dict; ids as strings.
+    """``{qid: {docid: score}}`` from JSONL lines ``{"qid", "docid", "score"}``; ids as strings.
 
-    With ``wanted``, only those query / document pairs are kept.
+    With ``wanted``, only those query / document pairs are kept. A pickle is refused without being
+    opened: unpickling a file someone sent can run code.
     """
     path = Path(path)
     if not path.is_file():
         raise VtreproError(f"{path}: teacher scores file not found")
+    if path.name.endswith(PICKLE_SUFFIXES):
+        raise VtreproError(
+            f"{path}: pickled teacher scores, which vtrepro never unpickles (a pickle can run code); convert a "
+            "file you trust to JSONL lines {\"qid\", \"docid\", \"score\"} (docs/training.md shows the command) "
+            "and set data.teacher to it")
     scores: dict[str, dict[str, float]] = {}
-    if path.name.endswith((".pkl", ".pkl.gz", ".pickle", ".pickle.gz")):
-        opener = gzip.open if path.suffix == ".gz" else open
-        try:
-            with opener(path, "rb") as handle:
-                loaded = _PlainUnpickler(io.BufferedReader(handle)).load()
-        except (pickle.UnpicklingError, EOFError, OSError) as error:
-            raise VtreproError(f"{path}: not a pickled {{qid: {{pid: score}}}} dict ({error})") from None
-        if not isinstance(loaded, dict):
-            raise VtreproError(f"{path}: expected a pickled dict qid -> {{pid: score}}, got {type(loaded).__name__}")
-        for qid, hits in loaded.items():
-            qid = str(qid)
-            if wanted is not None and qid not in wanted:
-                continue
-            if not isinstance(hits, dict):
-                raise VtreproError(f"{path}: query {qid}: expected a dict pid -> score, got {type(hits).__name__}")
-            scores[qid] = {str(pid): float(score) for pid, score in hits.items()
-                           if wanted is None or str(pid) in wanted[qid]}
-        return scores
     for line, record in read_jsonl(path):
         qid, docid, score = record.get("qid"), record.get("docid"), record.get("score")
         if qid is None or docid is None or isinstance(score, bool) or not isinstance(score, (int, float)):

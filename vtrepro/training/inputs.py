@@ -16,8 +16,9 @@ def required_inputs(recipe: Recipe, output: Path) -> list[tuple[str, str, str]]:
     dataset or file."""
     inputs: list[tuple[str, str, str]] = []
     training_done = (output / "final").is_dir()
+    resume_from = None if training_done else latest_checkpoint(output)  # refuses a checkpoint it cannot resume
     pending = [index for index, stage in enumerate(recipe.stages) if not stage_dir(output, index, stage).is_dir()]
-    if not recipe.stages and not training_done and latest_checkpoint(output) is None:
+    if not recipe.stages and not training_done and resume_from is None:
         inputs.append(("model", "model", recipe.model))
     for index in pending:
         stage, label = recipe.stages[index], f"stage {index + 1} ({recipe.stages[index].name})"

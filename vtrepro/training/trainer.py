@@ -8,7 +8,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -31,10 +31,13 @@ from vtrepro.training.run_folder import (
     PLOT_NAME,
     PREPARED_NAME,
     REPORT_NAME,
-    STATE_NAME,
+    TrainerState,
     latest_checkpoint,
     plot_curves,
+    read_trainer_fields,
+    read_trainer_state,
     truncate_log,
+    write_trainer_state,
 )
 from vtrepro.training.schedule import lr_factor
 from vtrepro.training.splade_model import SpladeModel, set_dropout
@@ -78,14 +81,11 @@ class Trainer:
             raise VtreproError(f"{recipe.path}: training.batch_size {self.training['batch_size']} is the global batch "
                                f"and must be divisible by the {processes.world} processes")
         self.checkpoint = latest_checkpoint(output)
-        self.state: dict[str, Any] = {}
-        if self.checkpoint is not None:
-            self.state = torch.load(self.checkpoint / STATE_NAME, weights_only=False)
-            if self.state["fingerprint"] != recipe.fingerprint():
-                raise VtreproError(f"{output}: holds checkpoints of a different recipe (or older settings); "
-                                   "choose another --output or remove it to start over")
+        fields = read_trainer_fields(self.checkpoint) if self.checkpoint is not None else None
+        if fields is not None and fields["fingerprint"] != recipe.fingerprint():
+            raise VtreproError(f"{output}: holds checkpoints of a different recipe (or older settings); "
+                               "choose another --output or remove it to start over")
         self._load_model(start, model_dir)
-        self._prepare_data(data_dir)
         params = [parameter for parameter in self.model.parameters() if parameter.requires_grad]
         decay = [parameter for parameter in params if parameter.ndim > 1]
         no_decay = [parameter for parameter in params if parameter.ndim <= 1]
@@ -93,20 +93,24 @@ class Trainer:
                                             {"params": no_decay, "weight_decay": 0.0}], lr=self.training["lr"])
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(
             self.training["schedule"], self.training["lr_warmup_steps"], self.training["steps"]))
+        self.state: TrainerState | None = None
+        if self.checkpoint is not None and fields is not None:  # checked before the data work below
+            self.state = read_trainer_state(self.checkpoint, fields, self.optimizer, self.scheduler)
+        self._prepare_data(data_dir)
         self.step = 0
         torch.manual_seed(self.training["seed"] + processes.rank)
         if processes.device.type == "cpu":
             self._pin_cpu_threads()
-        if self.state:
-            self.optimizer.load_state_dict(self.state["optimizer"])
-            self.scheduler.load_state_dict(self.state["scheduler"])
-            self.step = self.state["step"]
+        if self.state is not None:
+            self.optimizer.load_state_dict(self.state.optimizer)
+            self.scheduler.load_state_dict(self.state.scheduler)
+            self.step = self.state.step
             if processes.main:
                 print(f"resuming from {self.checkpoint} (step {self.step})", file=sys.stderr)
-            if self.state["world"] == processes.world:
-                set_rng_state(self.state["rng"][processes.rank])
+            if self.state.world == processes.world:
+                set_rng_state(self.state.rng[processes.rank])
             elif processes.main:
-                print(f"resuming a {self.state['world']}-process run with {processes.world}: same data order, "
+                print(f"resuming a {self.state.world}-process run with {processes.world}: same data order, "
                       "new dropout random streams", file=sys.stderr)
         self.ddp: torch.nn.Module = self.model  # wrapped in DistributedDataParallel below when distributed
         if processes.world > 1:
@@ -118,7 +122,7 @@ class Trainer:
         process's default. Float sums (so the last bits of every update) depend on it, and a fresh process's
         default (cores, affinity, OMP_NUM_THREADS) need not be the interrupted run's; pinning also turns off
         MKL's dynamic thread choice."""
-        saved = self.state.get("cpu_threads")
+        saved = self.state.cpu_threads if self.state is not None else None
         threads = self.training["cpu_threads"] or saved or torch.get_num_threads()
         if saved and threads != saved and self.processes.main:
             print(f"resuming a run trained with {saved} CPU threads with {threads} (training.cpu_threads): "
@@ -237,16 +241,17 @@ class Trainer:
             self.idf.save(folder)
 
     def save_checkpoint(self) -> None:
-        """checkpoint-<step>/: HF folder + trainer_state.pt; older checkpoints beyond keep_checkpoints removed."""
+        """checkpoint-<step>/: HF folder + trainer state (JSON and safetensors, run_folder.write_trainer_state);
+        older checkpoints beyond keep_checkpoints removed."""
         rng = self.processes.gather_objects(rng_state())
         if self.processes.main:
-            state = {"step": self.step, "fingerprint": self.recipe.fingerprint(), "world": self.processes.world,
-                     "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "rng": rng,
-                     "examples_seen": self.step * self.training["batch_size"], "cpu_threads": torch.get_num_threads()}
+            state = TrainerState(step=self.step, fingerprint=self.recipe.fingerprint(), world=self.processes.world,
+                                 cpu_threads=torch.get_num_threads(), optimizer=self.optimizer.state_dict(),
+                                 scheduler=self.scheduler.state_dict(), rng=rng)
 
             def extra(folder: Path) -> None:
                 self._extra_files(folder)
-                torch.save(state, folder / STATE_NAME)
+                write_trainer_state(folder, state, examples_seen=self.step * self.training["batch_size"])
 
             checkpoints.save_checkpoint(self.output / f"checkpoint-{self.step:06d}", self.model.mlm, self.tokenizer,
                                         extra=extra, replace=True)
