@@ -7,6 +7,11 @@ Pyserini always asks for, so the option is dropped before the JVM starts.
 Unless ``--verbose`` is given, the JVM starts quiet: no Lucene or Anserini INFO lines (java.util.logging
 and log4j2 are set to warnings, Lucene's notes about the Java version to errors) and no Java warnings
 about ``sun.misc.Unsafe`` (Lucene on Java 23+).
+
+Java names files in the encoding of the locale it starts under; where that is not UTF-8 but Python's is
+(``LC_ALL=C``), the JVM starts under ``C.UTF-8`` (:func:`_utf8_path_locale`), and :func:`java_path` refuses
+in one line a path Java still could not name. A Java exception becomes one line (:func:`java_errors`), and
+the errors Anserini logs and swallows can be collected (:func:`logged_java_errors`).
 """
 from __future__ import annotations
 
@@ -14,8 +19,9 @@ import contextlib
 import functools
 import os
 import re
+import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from vtrepro.core.cli import verbose
 from vtrepro.core.errors import VtreproError
@@ -24,6 +30,14 @@ from vtrepro.core.errors import VtreproError
 # and classpath must be set before jnius is first imported (that import starts the JVM).
 
 REQUIRED_JAVA = 21
+UTF8_LOCALE = "C.UTF-8"
+MAX_CAUSE_CHARS = 200
+ENVIRONMENT_JAVA_OPTIONS = ("JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS")
+"""Variables whose options every JVM started in this process also takes (the user's environment: honoured,
+named when the JVM fails to start). ``JDK_JAVA_OPTIONS`` is read only by the ``java`` launcher, not here."""
+_ERROR_LOG_APPENDER = "vtrepro-errors"
+Diagnosis = Callable[[list[str]], "str | None"]
+"""Turns a Java exception's causes (:func:`java_causes`) into ``"reason; fix"``, or None when it does not know them."""
 _UNAVAILABLE_MODULE = "jdk.incubator.vector"
 _UNSAFE_ACCESS_OPTION_SINCE = 23
 """First Java with ``--sun-misc-unsafe-memory-access`` (24+ warn when Lucene frees mapped files with Unsafe)."""
@@ -108,13 +122,79 @@ def start_jvm() -> None:
         # The JVM starts on Python's main thread and would treat only -Xss (default 1 MB) of it as
         # stack, placing guard pages there: native code that later needs more (torch) would crash.
         options.append(f"-Xss{_main_thread_stack()}")
+        # -Xrs: Ctrl-C (SIGINT) and SIGTERM stay Python's. Otherwise the JVM takes them over and exits the
+        # process from a Java thread, which aborts it (exit -6) wherever it was, e.g. writing a report.
+        options.append("-Xrs")
         if quiet:
             options += quiet_options(java_version(java_home) or REQUIRED_JAVA)
         jnius_config.set_options(*options)
-    import jnius  # noqa: F401  (starts the JVM)
+    with _utf8_path_locale():
+        try:
+            import jnius  # noqa: F401  (starts the JVM)
+        except SystemError as error:  # jnius: "JVM failed to start"; Java printed why just before
+            raise VtreproError(_start_failure(str(error))) from None
 
     if quiet:
         _quiet_logging()
+
+
+def _start_failure(what: str) -> str:
+    """The one line for a JVM that did not start: the options the environment gave it are the usual cause."""
+    given = [f"{name}={os.environ[name]!r}" for name in ENVIRONMENT_JAVA_OPTIONS if os.environ.get(name)]
+    if given:
+        return (f"Java at {os.environ.get('JAVA_HOME')} did not start ({what}) with {' and '.join(given)} from the "
+                "environment; fix or unset those options and rerun")
+    return (f"Java at {os.environ.get('JAVA_HOME')} did not start ({what}); check that JAVA_HOME is a Java "
+            f"{REQUIRED_JAVA}+ runtime")
+
+
+@contextlib.contextmanager
+def _utf8_path_locale() -> Iterator[None]:
+    """While the JVM starts: ``LC_ALL=C.UTF-8`` when Python names files in UTF-8 but the locale is not a
+    UTF-8 one (``LC_ALL=C``, where Python switches to UTF-8 on its own). Java takes the encoding of file
+    names (``sun.jnu.encoding``, which ``-D`` cannot set) from the locale once, at start-up: under ``C`` it
+    is ASCII and a non-ASCII path is not found. ``C.UTF-8`` is ``C`` in all but the character set. The
+    variable is put back once the JVM runs, for the processes vtrepro starts later."""
+    if sys.getfilesystemencoding() != "utf-8" or _utf8_locale_named():
+        yield
+        return
+    previous = os.environ.get("LC_ALL")
+    os.environ["LC_ALL"] = UTF8_LOCALE
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("LC_ALL", None)
+        else:
+            os.environ["LC_ALL"] = previous
+
+
+def _utf8_locale_named() -> bool:
+    """Whether the environment's character-type locale (``LC_ALL``, else ``LC_CTYPE``, else ``LANG``) is UTF-8."""
+    name = next((os.environ[variable] for variable in ("LC_ALL", "LC_CTYPE", "LANG") if os.environ.get(variable)), "C")
+    return re.search(r"utf-?8", name, re.IGNORECASE) is not None
+
+
+def java_path(path: str | Path) -> str:
+    """``path`` as a string for Java, refused in one line when Java could not name it: a name that is not
+    valid Unicode (bytes of another encoding), or characters outside the JVM's file-name encoding (a
+    non-UTF-8 locale where ``C.UTF-8`` is missing)."""
+    text = str(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = text.encode("utf-8", "backslashreplace").decode("utf-8")  # printable on any stream
+        raise VtreproError(f"{shown}: the path is not valid UTF-8 (bytes of another encoding), which Java cannot "
+                           "open; rename it to UTF-8 (e.g. with convmv) or choose another path") from None
+    encoding = str(java_class("java.lang.System").getProperty("sun.jnu.encoding"))
+    try:
+        text.encode(encoding)
+    except UnicodeEncodeError:
+        raise VtreproError(f"{path}: Java names files in {encoding} under this locale and cannot open this path; "
+                           f"set LC_ALL={UTF8_LOCALE} (or another UTF-8 locale) and rerun") from None
+    except LookupError:
+        pass  # an encoding Python does not know: Java opens the path, or says why not
+    return text
 
 
 def _quiet_logging() -> None:
@@ -128,16 +208,64 @@ def _quiet_logging() -> None:
 
 
 @contextlib.contextmanager
-def java_errors(what: str | Path, fix: str) -> Iterator[None]:
-    """Report a Java exception raised inside the block (through jnius) as one line about ``what``."""
+def java_errors(what: str | Path, fix: str, diagnose: Diagnosis | None = None) -> Iterator[None]:
+    """Report a Java exception raised inside the block (through jnius) as one line about ``what``: the
+    ``"reason; fix"`` that ``diagnose`` makes of its causes, else the exception itself and ``fix``."""
     start_jvm()
     from jnius import JavaException
 
     try:
         yield
     except JavaException as error:
-        cause = " ".join(str(error).split())[:240]
-        raise VtreproError(f"{what}: {cause}; {fix}") from None
+        causes = java_causes(error)
+        explained = diagnose(causes) if diagnose is not None else None
+        raise VtreproError(f"{what}: {explained or f'{describe_causes(causes)}; {fix}'}") from None
+
+
+def java_causes(error: Any) -> list[str]:
+    """``"fully.qualified.Class: message"`` of a jnius ``JavaException`` and of each of its causes, in order."""
+    causes = [f"{error.classname}: {error.innermessage}" if error.innermessage else str(error.classname)]
+    trace = list(error.stacktrace or [])
+    causes += [line for marker, line in zip(trace, trace[1:]) if marker.strip() == "Caused by:"]
+    return [" ".join(cause.split()) for cause in causes]
+
+
+def describe_causes(causes: list[str]) -> str:
+    """Java causes as a short phrase: the first (its class without the package), and the root one when it differs."""
+    def short(cause: str) -> str:
+        name, _, message = cause.partition(": ")
+        return f"{name.rpartition('.')[2]}: {message}" if message else name.rpartition(".")[2]
+
+    text = short(causes[0])[:MAX_CAUSE_CHARS]
+    return text if len(causes) == 1 else f"{text} (caused by {short(causes[-1])[:MAX_CAUSE_CHARS]})"
+
+
+@contextlib.contextmanager
+def logged_java_errors() -> Iterator[list[str]]:
+    """The messages Java code logs at ERROR through log4j while the block runs (Anserini logs and swallows
+    its indexing failures, a full disk among them), one per line; the list is filled when the block ends."""
+    start_jvm()
+    from jnius import autoclass, cast
+
+    writer = autoclass("java.io.StringWriter")()
+    layout = autoclass("org.apache.logging.log4j.core.layout.PatternLayout").newBuilder().withPattern("%m%n").build()
+    appender = autoclass("org.apache.logging.log4j.core.appender.WriterAppender").createAppender(
+        layout, None, writer, _ERROR_LOG_APPENDER, False, True)
+    anserini_loader = autoclass("java.lang.ClassLoader").getSystemClassLoader()  # a call from Python has none
+    context = cast("org.apache.logging.log4j.core.LoggerContext",
+                   autoclass("org.apache.logging.log4j.LogManager").getContext(anserini_loader, False))
+    root = context.getConfiguration().getRootLogger()
+    appender.start()
+    root.addAppender(appender, autoclass("org.apache.logging.log4j.Level").ERROR, None)
+    context.updateLoggers()
+    messages: list[str] = []
+    try:
+        yield messages
+    finally:
+        root.removeAppender(_ERROR_LOG_APPENDER)
+        context.updateLoggers()
+        appender.stop()
+        messages += [line for line in str(writer.toString()).splitlines() if line.strip()]
 
 
 def java_class(name: str) -> Any:

@@ -38,9 +38,47 @@ DTYPES = dict(zip(PRECISIONS, (torch.float32, torch.bfloat16, torch.float16)))
 """Precisions of the encoder body; the MLM head, the pooling and the decoder bias stay in float32."""
 
 
+DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
+"""The device types vtrepro encodes on; torch parses more (meta, xla, hpu, ...), which would fail mid-run."""
+DEVICE_FORMS = "cpu, cuda, cuda:N, mps, xpu or xpu:N"
+
+
 def default_device() -> str:
     """CUDA when present, else the CPU."""
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def check_device(name: str | None) -> torch.device:
+    """The device ``name`` (a ``--device`` value; None: :func:`default_device`) names, checked before any
+    work: every command that takes a device calls this. An unknown form, or a device this machine lacks,
+    is one line naming the value and the fix."""
+    if name is None:
+        return torch.device(default_device())
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise VtreproError(f"--device {name!r}: not a device; use {DEVICE_FORMS}") from None
+    if device.type not in DEVICE_TYPES:
+        raise VtreproError(f"--device {name!r}: vtrepro does not encode on {device.type} devices; use {DEVICE_FORMS}")
+    present = _devices_present(device.type)
+    if present == 0:
+        raise VtreproError(f"--device {name!r}: this machine has no {device.type} device (torch {torch.__version__} "
+                           "finds none); use --device cpu")
+    if (device.index or 0) >= present:
+        raise VtreproError(f"--device {name!r}: this machine has {present} {device.type} device(s), "
+                           f"{device.type}:0 to {device.type}:{present - 1}; use one of those or --device cpu")
+    return device
+
+
+def _devices_present(device_type: str) -> int:
+    """How many devices of ``device_type`` (one of :data:`DEVICE_TYPES`) torch can use here."""
+    if device_type == "cuda":
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device_type == "xpu":
+        return torch.xpu.device_count() if torch.xpu.is_available() else 0
+    if device_type == "mps":
+        return int(torch.backends.mps.is_available())
+    return 1
 
 
 def splade_activation(max_logits: torch.Tensor) -> torch.Tensor:
@@ -73,6 +111,7 @@ class SpladeEncoder:
                             ("batch_size", batch_size), ("sort_window", sort_window)):
             if value < 1:
                 raise VtreproError(f"{name} must be at least 1, got {value}")
+        self.device, self.dtype = check_device(device), dtype
         self.model, self.tokenizer = load_masked_lm(model, model_dir, trust_remote_code)
         for value in (max_length_doc, max_length_query):
             _check_max_length(str(model), self.model, self.tokenizer, value)
@@ -82,7 +121,6 @@ class SpladeEncoder:
         self.special_ids: frozenset[int] = frozenset(self.tokenizer.all_special_ids)
         self._decoder = self.model.get_output_embeddings()
         self._head_transform = mlm_head_transform(str(model), self.model, self.tokenizer)
-        self.device, self.dtype = torch.device(device or default_device()), dtype
         self._to_device(dtype)
         if projection not in PROJECTIONS:
             raise VtreproError(f"projection must be one of {', '.join(PROJECTIONS)}, got {projection!r}")
