@@ -333,12 +333,14 @@ def test_unexpected_internal_error_is_one_line_with_a_debug_hint():
     assert "Traceback" in debug.stderr and debug.returncode == 1
 
 
-@pytest.mark.parametrize("argv", [["--threads", "0"], ["--k", "-3"], ["--k", "ten"]])
-def test_search_numeric_options_are_range_checked(argv, good_index, tmp_path):
+@pytest.mark.parametrize(("argv", "expected"), [(["--threads", "0"], "expected an integer >= 1"),
+                                              (["--k", "-3"], "expected an integer in [1, 10000]"),
+                                              (["--k", "ten"], "expected an integer in [1, 10000]")])
+def test_search_numeric_options_are_range_checked(argv, expected, good_index, tmp_path):
     result = subprocess.run([sys.executable, "-m", "vtrepro.search", "--index", str(good_index), "--queries", "q",
                              "--output", str(tmp_path / "run"), *argv], capture_output=True, text=True)
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "expected an integer >= 1" in result.stderr.splitlines()[-1]
+    assert expected in result.stderr.splitlines()[-1]
     assert not (tmp_path / "run").exists()
 
 

@@ -271,6 +271,7 @@ def test_out_of_range_options_are_refused_by_the_parser(option, value, inputs, t
     code, _, stderr = run("vtrepro.encode", "--model", "m", "--corpus", inputs / "corpus.jsonl",
                           "--output", tmp_path / "enc", option, value)
     assert code == 2 and "Traceback" not in stderr
-    expected = "a number > 0" if option == "--scale" else "an integer >= 1"
+    expected = {"--scale": "a number in [1, 10000]", "--shard-size": "an integer in [1, 100000]",
+                "--batch-size": "an integer in [1, 4096]"}.get(option, "an integer in [1, 8192]")
     assert stderr.splitlines()[-1].endswith(f"error: argument {option}: expected {expected}, got '{value}'")
     assert not (tmp_path / "enc").exists()

@@ -22,11 +22,15 @@ from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
 import numpy as np
 
-from vtrepro.core.cli import add_data_dir, cli_entry, command_parser, non_negative_int, positive_int
+from vtrepro.core.cli import add_data_dir, cli_entry, command_parser, non_negative_int, number_in, positive_int
 from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
+from vtrepro.core.io import check_output
+from vtrepro.core.schema import MAX_BATCH_SIZE, MAX_TEXT_TOKENS
 from vtrepro.data.beir import load_dataset
+from vtrepro.encode.writer import vectors_folder
 from vtrepro.model.loading import resolve_model
 from vtrepro.model.options import PRECISIONS, SCREENS
+from vtrepro.search.lucene import add_k
 
 # torch and the encoders (transformers) are imported where they are used, on purpose: `--help` and
 # argument errors stay fast.
@@ -79,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     add_data_dir(encode)
     encode.add_argument("--dataset", default="scifact", help="BEIR dataset name or folder (default scifact)")
     encode.add_argument("--limit", type=non_negative_int, default=500, help="first N documents; 0 for all (default 500)")
-    encode.add_argument("--batch-size", type=positive_int, default=32)
-    encode.add_argument("--max-length", type=positive_int, default=512)
+    encode.add_argument("--batch-size", type=number_in(int, minimum=1, maximum=MAX_BATCH_SIZE), default=32)
+    encode.add_argument("--max-length", type=number_in(int, minimum=1, maximum=MAX_TEXT_TOKENS), default=512)
     encode.add_argument("--repeat", type=positive_int, default=1,
                         help="timed runs of each encoder, best kept (default 1)")
     encode.add_argument("--device", help="cpu, cuda or cuda:N (default: CUDA when present)")
@@ -91,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     search = commands.add_parser("search", help="Lucene vs PISA search on the same vectors: speed and identical runs")
     search.add_argument("--vectors", required=True, type=Path, help="encoded corpus or JsonVectorCollection folder")
     search.add_argument("--queries", required=True, type=Path, help="encoded queries.jsonl ({id, vector})")
-    search.add_argument("--k", type=positive_int, default=1000, help="hits per query (default 1000)")
+    add_k(search)
     search.add_argument("--threads", type=positive_int, default=os.cpu_count() or 1,
                         help="threads of the many-thread runs (default: all cores, %(default)s)")
     search.add_argument("--index-dir", type=Path,
@@ -101,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "search":
         from vtrepro.search.engines import bench_search  # Anserini and PISA: only for this benchmark
 
+        if args.index_dir is not None:
+            check_output(args.index_dir, [vectors_folder(args.vectors), args.queries], kind="folder")
         machine = f"machine: {os.cpu_count()} cores ({_cpu_model()}), load average {os.getloadavg()[0]:.2f} at start"
         return bench_search(args.vectors, args.queries, args.k, args.threads, args.index_dir, machine)
     return bench_encode(_default_model(args.model), args.dataset, args.data_dir, args.limit,
@@ -112,9 +118,10 @@ def bench_encode(model: str, dataset: str, data_dir: str | None, limit: int, bat
                  screen: str = "auto") -> int:
     """Time both encoders on the same documents, print throughput and vector agreement, the achieved
     GFLOP/s against the device's matrix-product rate, and the screened projection's speed-up."""
-    from sentence_transformers import SparseEncoder
+    from vtrepro.model.splade import SpladeEncoder, check_device
 
-    from vtrepro.model.splade import SpladeEncoder
+    check_device(device)  # before the dataset and both models load
+    from sentence_transformers import SparseEncoder
 
     documents = load_dataset(dataset, data_dir).corpus()
     texts = [document.contents for document in (documents[:limit] if limit else documents)]

@@ -6,11 +6,12 @@ import gzip
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import unicodedata
 import zlib
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any, Iterable, Iterator, Literal
 
 import jsonlines
 
@@ -22,8 +23,10 @@ os.umask(_UMASK)
 
 @contextlib.contextmanager
 def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO[Any]]:
-    """Write to a temporary file beside ``path`` and rename it into place only on success."""
+    """Write to a temporary file beside ``path`` and rename it into place only on success; an existing
+    ``path`` that is not a regular file (a device, FIFO, socket, folder) is refused, never replaced."""
     path = Path(path)
+    _check_kind(path, "file")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.chmod(tmp_name, 0o666 & ~_UMASK)
@@ -120,23 +123,89 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield line_number, record
 
 
-def check_output_file(path: str | Path) -> Path:
-    """Fail before any work when ``path`` cannot be written as a file: it is a folder, or its folder is not writable."""
+OutputKind = Literal["file", "folder"]
+_SPECIAL_FILES = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+                  (stat.S_ISSOCK, "a socket"))
+
+
+def check_output(path: str | Path, inputs: Iterable[str | Path | None] = (), kind: OutputKind = "file") -> Path:
+    """Fail before any work when ``path`` may not or cannot be written: the one check of every output.
+
+    Symlinks are followed. Refused: an existing ``path`` that is not a regular file (``kind="file"``: a
+    folder, device, FIFO or socket, or a link to one) or not a folder (``kind="folder"``); a ``path`` that
+    is an input (same resolved path or same inode), lies inside an input folder or, as a folder, holds an
+    input; a place where nothing can be created (tried for real). ``inputs`` are the files and folders the
+    command reads; those that do not exist (a Hub id, a dataset name) are skipped, so callers pass the
+    folder a name resolves to. Creates nothing.
+    """
     path = Path(path)
-    if path.is_dir():
-        raise VtreproError(f"{path}: is a folder; give a file path for the output")
-    check_output_folder(path.parent)
+    _check_kind(path, kind)
+    places = _written_places(path)
+    for given in inputs:
+        if given is not None and Path(given).exists():
+            _check_apart(path, places, Path(given), kind)
+    _check_creatable(path if kind == "folder" else path.absolute().parent)
     return path
 
 
-def check_output_folder(folder: str | Path) -> Path:
-    """Fail before any work when ``folder`` (existing, or to be created later) cannot be written; creates nothing."""
-    folder = Path(folder)
+def _written_places(path: Path) -> set[Path]:
+    """Where writing ``path`` lands: its resolved target and, for a link, the link itself (a rename replaces it)."""
+    resolved = path.resolve()
+    return {resolved, path.absolute().parent.resolve() / path.name} if path.is_symlink() else {resolved}
+
+
+def _check_kind(path: Path, kind: OutputKind) -> None:
+    """An existing output must be a regular file (``kind="file"``) or a folder (``kind="folder"``)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return  # new, or a dangling link (a write replaces the link itself)
+    except OSError:
+        return  # not reachable (a file in the way, no permission): the creatable check names it
+    linked = f" (a link to {path.resolve()})" if path.is_symlink() else ""
+    if stat.S_ISDIR(mode):
+        if kind == "file":
+            raise VtreproError(f"{path}: is a folder{linked}; give a file path for the output")
+        return
+    what = "a file" if stat.S_ISREG(mode) else next((what for test, what in _SPECIAL_FILES if test(mode)), "a special file")
+    if kind == "folder":
+        raise VtreproError(f"{path}: is {what}{linked}, not a folder; choose another output path")
+    if not stat.S_ISREG(mode):
+        raise VtreproError(f"{path}: is {what}{linked}, not a regular file; vtrepro writes only regular files: "
+                           "choose another output path")
+
+
+def _check_apart(path: Path, places: set[Path], given: Path, kind: OutputKind) -> None:
+    """``path`` (written at ``places``) must not be the input ``given``, lie inside it, or hold it."""
+    source = given.resolve()
+    what = "input folder" if source.is_dir() else "input file"
+    if source in places or (path.exists() and os.path.samefile(path, given)):
+        raise VtreproError(f"{path}: is the {what} {given}; writing there would overwrite it: choose another output path")
+    if any(place.is_relative_to(source) for place in places):
+        raise VtreproError(f"{path}: lies inside the {what} {given}; vtrepro never writes inside an input: "
+                           "choose another output path")
+    if kind == "folder" and any(source.is_relative_to(place) for place in places):
+        raise VtreproError(f"{path}: holds the {what} {given}, which writing there could replace; "
+                           "choose another output path")
+
+
+def _check_creatable(folder: Path) -> None:
+    """Fail when ``folder`` (existing, or to be created later) cannot be written; creates nothing."""
     existing = next(path for path in (folder, *folder.absolute().parents) if path.exists())
     if not existing.is_dir():
         raise VtreproError(f"{existing}: is a file, not a folder; choose another output path")
     check_writable(existing)
-    return folder
+
+
+def check_within(path: str | Path, root: str | Path) -> Path:
+    """``path`` itself, failing when it (symlinks followed) does not lie strictly under ``root``: an artifact
+    path built from names in a file (a spec's conditions and datasets) cannot leave its output root."""
+    path, resolved_root = Path(path), Path(root).resolve()
+    resolved = path.resolve()
+    if resolved == resolved_root or not resolved.is_relative_to(resolved_root):
+        raise VtreproError(f"{path}: resolves to {resolved}, outside the output folder {root}; rename what names "
+                           "it, or remove the link that leads there")
+    return path
 
 
 def check_writable(folder: str | Path) -> None:
@@ -147,6 +216,24 @@ def check_writable(folder: str | Path) -> None:
             pass
     except OSError as error:
         raise VtreproError(f"{folder}: cannot write here ({error.strerror}); choose another output path") from None
+
+
+def check_replaceable(path: str | Path) -> Path:
+    """Fail before any work when the existing regular file ``path`` cannot be replaced by an atomic write:
+    it or its folder is on a read-only file system or not writable for this user (each tried for real),
+    or its mode marks it read-only (honoured for root too, whom the mode does not stop)."""
+    path = Path(path)
+    _check_kind(path, "file")
+    try:
+        with open(path, "r+b"):  # opened for writing, nothing written
+            pass
+    except OSError as error:
+        raise VtreproError(f"{path}: cannot be rewritten ({error.strerror}); make it writable or work on a copy") from None
+    if not path.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+        raise VtreproError(f"{path}: is marked read-only (mode {stat.S_IMODE(path.stat().st_mode):o}); "
+                           "make it writable (chmod u+w) or work on a copy")
+    check_writable(path.absolute().parent)
+    return path
 
 
 def sha256_file(path: str | Path) -> str:

@@ -15,7 +15,9 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.composer import MaxDepthExceededError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.nodes import MappingNode, Node, SequenceNode
 from ruamel.yaml.scalarbool import ScalarBoolean
 
 from vtrepro.core.errors import VtreproError
@@ -29,16 +31,95 @@ def round_trip_yaml() -> YAML:
     return yaml
 
 
+MAX_YAML_BYTES = 256 * 1024
+"""Largest YAML file read: specs, recipes and published tables are a few KB (the largest shipped, 11 KB)."""
+MAX_YAML_NODES = 100_000
+"""Most nodes a YAML file may expand to, each alias counted at every use: a few hundred bytes of nested
+aliases ("billion laughs") expand to billions of nodes, which a later walk or message would build. The
+largest file shipped expands to 475."""
+MAX_YAML_DEPTH = 32
+"""Deepest nesting read (shipped files nest 7 levels): the parser's time grows with the square of the depth."""
+
+
 def read_yaml(path: Path) -> Any:
-    """Round-trip YAML (comments and line numbers kept); a syntax error names the file and line."""
+    """Round-trip YAML (comments and line numbers kept); a syntax error names the file and line. The file's
+    size and nesting are bounded, and its nodes are counted with aliases expanded (:func:`check_expansion`)
+    before anything is built from them."""
+    text = _read_bounded_text(path)
+    yaml = round_trip_yaml()
+    yaml.max_depth = MAX_YAML_DEPTH
     try:
-        return round_trip_yaml().load(path.read_text(encoding="utf-8"))
+        root = yaml.compose(text)
+        check_expansion(root, path)
+        return None if root is None else yaml.constructor.construct_document(root)
+    except MaxDepthExceededError as error:
+        raise VtreproError(f"{path}:{error.problem_mark.line + 1}: YAML nested deeper than {MAX_YAML_DEPTH} levels "
+                           "(shipped files nest 7); flatten it") from None
     except MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line = f":{mark.line + 1}" if mark else ""
         raise VtreproError(f"{path}{line}: malformed YAML ({error.problem or error.context}); fix the syntax") from None
     except YAMLError as error:
         raise VtreproError(f"{path}: malformed YAML ({error}); fix the syntax") from None
+
+
+def _read_bounded_text(path: Path) -> str:
+    """The UTF-8 text of ``path``, refused beyond :data:`MAX_YAML_BYTES` without reading further."""
+    with path.open("rb") as handle:
+        data = handle.read(MAX_YAML_BYTES + 1)
+    if len(data) > MAX_YAML_BYTES:
+        raise VtreproError(f"{path}: larger than {MAX_YAML_BYTES} bytes, the most a spec, recipe or table may "
+                           "be (they are a few KB); give the right file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[:error.start].count(b"\n") + 1
+        raise VtreproError(f"{path}:{line}: not valid UTF-8 (byte {error.start}); save the file as UTF-8") from None
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, SequenceNode):
+        return list(node.value)
+    if isinstance(node, MappingNode):
+        return [item for pair in node.value for item in pair]
+    return []
+
+
+def check_expansion(root: Node | None, path: Path) -> None:
+    """Refuse a composed YAML graph whose nodes, each alias expanded at every use, exceed
+    :data:`MAX_YAML_NODES`, or where an alias sits inside the collection it names (an endless expansion).
+
+    An alias is the node it names, shared: each node's expanded size is counted once (depth first,
+    children before their parent) and the first node over the limit is named, so the count stops there.
+    A node met again once counted is an alias's.
+    """
+    sizes: dict[int, int] = {}  # id(node) -> nodes it expands to
+    opened: set[int] = set()  # nodes whose children are being counted: the current path, while unsized
+    shared = False
+    stack = [root] if root is not None else []
+    while stack:
+        node = stack[-1]
+        if id(node) in sizes:
+            stack.pop()
+            shared = True
+            continue
+        children = _children(node)
+        if id(node) not in opened:
+            opened.add(id(node))
+            for child in children:
+                if id(child) in opened and id(child) not in sizes:
+                    raise VtreproError(f"{path}:{child.start_mark.line + 1}: a YAML alias sits inside the "
+                                       "collection it names, so it expands without end; remove it")
+            shared = shared or any(id(child) in sizes for child in children)
+            stack.extend(child for child in children if id(child) not in sizes)
+            continue
+        stack.pop()
+        sizes[id(node)] = 1 + sum(sizes[id(child)] for child in children)
+        if sizes[id(node)] > MAX_YAML_NODES:
+            what = "YAML aliases expand to" if shared else "the YAML holds"
+            raise VtreproError(f"{path}:{node.start_mark.line + 1}: {what} more than {MAX_YAML_NODES} nodes (each "
+                               "alias counted at every use; shipped files hold a few hundred); remove the aliases "
+                               "that repeat collections, or give the right file")
 
 
 def read_mapping_file(path: Path, name: str, needs: str) -> tuple[CommentedMap, Checker]:
@@ -61,8 +142,8 @@ def is_boolean(value: Any) -> bool:
 def bounds_text(minimum: float | None = None, maximum: float | None = None,
                 above: float | None = None, below: float | None = None) -> str:
     """Bounds in words: ``>= 1``, ``> 0``, ``in [0, 1]``, ``in (0, 1)``; '' when unbounded."""
-    low = f"{minimum:g}" if minimum is not None else f"{above:g}" if above is not None else None
-    high = f"{maximum:g}" if maximum is not None else f"{below:g}" if below is not None else None
+    low = _number_text(minimum if minimum is not None else above)
+    high = _number_text(maximum if maximum is not None else below)
     if low is not None and high is not None:
         return f"in {'[' if minimum is not None else '('}{low}, {high}{']' if maximum is not None else ')'}"
     if low is not None:
@@ -70,6 +151,13 @@ def bounds_text(minimum: float | None = None, maximum: float | None = None,
     if high is not None:
         return f"{'<=' if maximum is not None else '<'} {high}"
     return ""
+
+
+def _number_text(value: float | None) -> str | None:
+    """A bound in words: whole numbers in full (10000000, not 1e+07), others as ``%g``; None for None."""
+    if value is None:
+        return None
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def within(value: float, minimum: float | None = None, maximum: float | None = None,
@@ -81,6 +169,13 @@ def within(value: float, minimum: float | None = None, maximum: float | None = N
 
 REQUIRED: Any = object()
 """The default of a :class:`Field` that must be given."""
+MAX_TEXT_TOKENS = 8192
+"""Most tokens per text any length option takes (ModernBERT's positions, the longest of the models used
+here); a model with fewer positions refuses more where its config.json is read
+(:func:`vtrepro.model.loading.text_length_limit`)."""
+MAX_BATCH_SIZE = 4096
+"""Most texts per batch any batch-size option takes: twice the largest batch used (the MLM recipes' 2048);
+memory grows with batch size x tokens per text."""
 
 _KIND_NAMES = {int: "an integer", float: "a number", str: "a non-empty string", bool: "true or false",
                "mapping": "a mapping", "list": "a list", "str_list": "a non-empty list of strings"}

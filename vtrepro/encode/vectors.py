@@ -17,6 +17,13 @@ from vtrepro.core.errors import VtreproError
 
 Rounding = Literal["half-even", "half-up", "truncate"]
 ROUNDINGS: tuple[str, ...] = ("half-even", "half-up", "truncate")
+MIN_SCALE, MAX_SCALE = 1.0, 10_000.0
+"""The quantization scales a command line or spec takes. SPLADE weights are a few units at most: below 1 nearly
+all of them round to 0; 10,000 is 100 times the usual scale (Anserini's and SPLADE's 100, splade-v3's 51.2) and
+keeps the impacts of weights up to 200,000 within Lucene's 2^31 - 1."""
+SCALE_HELP = (f"quantization scale: impact = round(weight x scale), {MIN_SCALE:g} to {MAX_SCALE:g} (default 100, as "
+              "Anserini's SPLADE indexes): below 1 nearly every SPLADE weight rounds to 0; a scale that leaves every "
+              "document or every query without a term is refused")
 
 # Never produced by `escape_term` (its '%' is always followed by two hex digits), so it cannot
 # collide with a vocabulary term; it keeps documents with no active term in the index.

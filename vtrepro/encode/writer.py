@@ -27,14 +27,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from vtrepro.core.cli import add_data_dir, add_model, add_model_dir, cli_entry, command_parser, positive_float, positive_int
+from vtrepro.core.cli import add_data_dir, add_model, add_model_dir, cli_entry, command_parser, number_in
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import check_output_folder, check_writable, sha256_file, write_json, write_jsonl
+from vtrepro.core.io import check_output, check_writable, sha256_file, write_json, write_jsonl
 from vtrepro.core.progress import Progress
+from vtrepro.core.schema import MAX_BATCH_SIZE, MAX_TEXT_TOKENS
 from vtrepro.data.beir import load_dataset, read_corpus, read_queries
-from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_folder
-from vtrepro.encode.vectors import EMPTY_DOCUMENT_TERM, ROUNDINGS, Quantization, escaped_vocabulary, to_impact_vector
-from vtrepro.model.loading import find_model
+from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_folder, read_vectors, vector_files
+from vtrepro.encode.vectors import (
+    EMPTY_DOCUMENT_TERM,
+    MAX_SCALE,
+    MIN_SCALE,
+    ROUNDINGS,
+    SCALE_HELP,
+    Quantization,
+    escaped_vocabulary,
+    to_impact_vector,
+)
+from vtrepro.model.loading import find_model, resolve_model
 from vtrepro.model.options import PRECISIONS, PROJECTIONS
 
 SORT_WINDOW = 2000
@@ -72,6 +82,10 @@ VECTORS_DIRNAME = "vectors"
 QUERIES_NAME = "queries.jsonl"
 MANIFEST_FORMAT = "vtrepro.encoded-corpus/1"
 DEFAULT_SHARD_SIZE = 2000
+MAX_SHARD_SIZE = 100_000
+"""Most documents per shard: a shard's vectors are held in memory until it is written (50 times the default)."""
+MAX_SORT_WINDOW = 100_000
+"""Most texts per sort window: a window is tokenized at once and its vectors held in memory (50 times the default)."""
 
 
 def vectors_folder(encoded_dir: str | Path) -> Path:
@@ -110,15 +124,16 @@ def corpus_fingerprint(documents: Sequence) -> str:
     return digest.hexdigest()
 
 
-def check_encode_output(out_dir: str | Path) -> None:
+def check_encode_output(out_dir: str | Path, inputs: Sequence[str | Path | None] = ()) -> None:
     """Fail before any work when ``out_dir`` cannot hold an encoded corpus, without writing anything.
 
-    It must be a folder (or not exist yet) in a writable place, and an existing manifest must be
-    readable. ``DIR/vectors/*.jsonl`` files without a manifest were not written by encode: refused,
-    since resuming would delete or overwrite them.
+    It must be a folder (or not exist yet) in a writable place, apart from the ``inputs`` (see
+    :func:`vtrepro.core.io.check_output`), and an existing manifest must be readable.
+    ``DIR/vectors/*.jsonl`` files without a manifest were not written by encode: refused, since
+    resuming would delete or overwrite them.
     """
     out_dir = Path(out_dir)
-    check_output_folder(out_dir)
+    check_output(out_dir, inputs, kind="folder")
     if (out_dir / VECTORS_DIRNAME).is_dir():
         check_writable(out_dir / VECTORS_DIRNAME)
     if load_manifest(out_dir) is None and any((out_dir / VECTORS_DIRNAME).glob("*.jsonl")):
@@ -215,7 +230,8 @@ def encode_corpus(
     replace_other_settings: bool = False,
     part: Part = Part(),
 ) -> dict[str, Any] | None:
-    """Encode ``documents`` into ``out_dir`` (resuming a partial run) and return the manifest.
+    """Encode ``documents`` into ``out_dir`` (resuming a partial run) and return the manifest; a corpus that
+    quantization leaves without a term in any document is refused once encoded (:func:`_refuse_all_empty`).
 
     ``replace_other_settings`` re-encodes a folder left by other settings instead of refusing it
     (for folders the caller owns, such as a regression's artifacts). With several processes
@@ -267,7 +283,23 @@ def encode_corpus(
     part.barrier()
     if part.rank != 0:
         return None
-    return _merge(out_dir, model_name, settings, expected_files)
+    manifest = _merge(out_dir, model_name, settings, expected_files)
+    _refuse_all_empty(out_dir, manifest, quantization)
+    return manifest
+
+
+def _refuse_all_empty(out_dir: Path, manifest: dict[str, Any], quantization: Quantization) -> None:
+    """Refuse a corpus that quantization left with no term in any document (each is then written as
+    ``{EMPTY_DOCUMENT_TERM: 1}``): its index ranks nothing. Only a corpus whose every document totals
+    impact 1 can be one, so the vectors are read only then."""
+    if manifest["total_terms"] > manifest["documents"]:
+        return
+    if any(EMPTY_DOCUMENT_TERM not in vector for _, _, _, vector in read_vectors(vector_files(out_dir / VECTORS_DIRNAME))):
+        return
+    raise VtreproError(f"{out_dir}: quantization x{quantization.scale:g} ({quantization.rounding}) leaves every one of "
+                       f"the {manifest['documents']} documents without a term (no weight x scale rounds to 1 or more, "
+                       "or the model activates no term); raise the scale (--scale, or quantization.scale in a spec; "
+                       "default 100) and encode into another folder")
 
 
 def _window_documents(shards: list[int], shard_size: int, window: int, documents: int) -> int:
@@ -336,13 +368,18 @@ def encode_queries(
     encoder, queries: dict[str, str], path: str | Path, quantization: Quantization = Quantization(),
     show_progress: bool = True,
 ) -> dict[str, dict[str, int]]:
-    """Encode queries to integer vectors and write them as ``{"id", "contents", "vector"}`` lines."""
+    """Encode queries to integer vectors and write them as ``{"id", "contents", "vector"}`` lines; when
+    quantization leaves every query without a term, nothing is written and the queries are refused."""
     terms = escaped_vocabulary(encoder.vocabulary)
     with _stage_progress(show_progress, len(queries), "encode queries", "query") as progress:
         encoded = encoder.encode(list(queries.values()), kind="query", progress=progress)
     vectors = {
         qid: to_impact_vector(ids, weights, terms, quantization) for qid, (ids, weights) in zip(queries, encoded)
     }
+    if vectors and not any(vectors.values()):
+        raise VtreproError(f"{path}: quantization x{quantization.scale:g} ({quantization.rounding}) leaves every one of "
+                           f"the {len(vectors)} queries without a term (no weight x scale rounds to 1 or more, or the model "
+                           "activates no term); raise the scale (--scale, or quantization.scale in a spec; default 100)")
     write_jsonl(path, ({"id": qid, "contents": text, "vector": vectors[qid]} for qid, text in queries.items()))
     return vectors
 
@@ -375,16 +412,22 @@ def main(argv: list[str] | None = None) -> int:
     add_data_dir(parser)
     parser.add_argument("--split", default="test", help="query split to encode with --dataset (default test)")
     parser.add_argument("--output", required=True, type=Path, help="encoded corpus folder")
-    parser.add_argument("--max-length-doc", type=positive_int, default=512, help="tokens per document (default 512)")
-    parser.add_argument("--max-length-query", type=positive_int, default=64, help="tokens per query (default 64)")
-    parser.add_argument("--batch-size", type=positive_int, default=32, help="texts per batch (default 32)")
-    parser.add_argument("--scale", type=positive_float, default=100.0, help="quantization scale (default 100)")
+    tokens = number_in(int, minimum=1, maximum=MAX_TEXT_TOKENS)
+    parser.add_argument("--max-length-doc", type=tokens, default=512,
+                        help=f"tokens per document, at most {MAX_TEXT_TOKENS} and the model's positions (default 512)")
+    parser.add_argument("--max-length-query", type=tokens, default=64,
+                        help=f"tokens per query, at most {MAX_TEXT_TOKENS} and the model's positions (default 64)")
+    parser.add_argument("--batch-size", type=number_in(int, minimum=1, maximum=MAX_BATCH_SIZE), default=32,
+                        help=f"texts per batch, 1 to {MAX_BATCH_SIZE} (default 32)")
+    parser.add_argument("--scale", type=number_in(float, minimum=MIN_SCALE, maximum=MAX_SCALE), default=100.0,
+                        help=SCALE_HELP)
     parser.add_argument("--rounding", default="half-even", choices=ROUNDINGS, help="weight rounding (default half-even)")
-    parser.add_argument("--shard-size", type=positive_int, default=DEFAULT_SHARD_SIZE,
-                        help=f"documents per shard (default {DEFAULT_SHARD_SIZE})")
-    parser.add_argument("--sort-window", type=positive_int, default=SORT_WINDOW,
-                        help=f"texts sorted by length into batches together (default {SORT_WINDOW}); vectors depend on "
-                             "it, so it is part of the settings. Give processes whole windows: a multiple of it as --shard-size")
+    parser.add_argument("--shard-size", type=number_in(int, minimum=1, maximum=MAX_SHARD_SIZE), default=DEFAULT_SHARD_SIZE,
+                        help=f"documents per shard, 1 to {MAX_SHARD_SIZE} (default {DEFAULT_SHARD_SIZE})")
+    parser.add_argument("--sort-window", type=number_in(int, minimum=1, maximum=MAX_SORT_WINDOW), default=SORT_WINDOW,
+                        help=f"texts sorted by length into batches together, 1 to {MAX_SORT_WINDOW} (default {SORT_WINDOW}); "
+                             "vectors depend on it, so it is part of the settings. Give processes whole windows: a "
+                             "multiple of it as --shard-size")
     parser.add_argument("--projection", default="dense", choices=PROJECTIONS,
                         help="screened: a low-precision pass with a rigorous error bound picks the columns that "
                              "can activate, computed exactly in float32; its screen is int8 on CPU and bfloat16 on "
@@ -398,14 +441,16 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.queries and not args.corpus:
         parser.error("--queries goes with --corpus (--dataset encodes the queries of --split)")
-    check_encode_output(args.output)
+    check_encode_output(args.output, [args.corpus, args.queries, resolve_model(args.model, args.model_dir)])
     find_model(args.model, args.model_dir)
 
-    from vtrepro.model.splade import SpladeEncoder
+    from vtrepro.model.splade import SpladeEncoder, check_device
 
+    check_device(args.device)
     quantization = Quantization(args.scale, args.rounding)
     if args.dataset:
         dataset = load_dataset(args.dataset, args.data_dir)
+        check_output(args.output, [dataset.path], kind="folder")  # a dataset name is a folder only now
         documents, queries = dataset.corpus(), dataset.queries(args.split)
     else:
         documents = read_corpus(args.corpus)

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import json
 import os
@@ -17,13 +18,19 @@ from typing import Iterable, Iterator
 
 from vtrepro.core.cli import add_threads, cli_entry, command_parser, verbose
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import check_output_folder, process_alive, write_jsonl
-from vtrepro.core.java import java_class, java_errors, start_jvm
+from vtrepro.core.io import check_output, process_alive, write_jsonl
+from vtrepro.core.java import describe_causes, java_class, java_errors, java_path, logged_java_errors, start_jvm
 from vtrepro.core.progress import Progress
 from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files, vector_files
 from vtrepro.encode.writer import MANIFEST_NAME, load_manifest, vectors_folder
 
 # jnius is imported once the JVM is started with Anserini's classpath (core.java), on purpose.
+
+BUILD_COMMAND = "'python -m vtrepro.index'"
+REBUILD = f"rebuild it with {BUILD_COMMAND}"
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+DISK_FULL_MESSAGES = tuple(os.strerror(number) for number in DISK_FULL_ERRNOS)
+"""How the OS words a full disk or quota, in Python's errors and in Java's (the same C library text)."""
 
 
 def _run_indexer(collection: str, input_dir: Path, index_dir: Path, work: Path, threads: int, extra: list[str],
@@ -45,7 +52,10 @@ def _run_indexer(collection: str, input_dir: Path, index_dir: Path, work: Path, 
         *([] if verbose() else ["-quiet"]),
         *extra,
     ]
-    counters = _index_with_progress(args, documents, source)
+    with logged_java_errors() as logged:
+        counters = _index_with_progress(args, documents, source, index_dir)
+    if not is_lucene_index(staging):
+        raise _not_built(index_dir, logged)
     stats = index_stats(staging)
     empty = counters["empty"] if allow_empty else 0
     dropped = {name: counters[name] for name in ("empty", "unindexable", "skipped", "errors")
@@ -62,7 +72,7 @@ def _run_indexer(collection: str, input_dir: Path, index_dir: Path, work: Path, 
     return stats
 
 
-def _index_with_progress(args: list[str], documents: int, source: str | Path) -> dict[str, int]:
+def _index_with_progress(args: list[str], documents: int, source: str | Path, index_dir: Path) -> dict[str, int]:
     """Run Anserini's IndexCollection, following its document counter from a second thread."""
     start_jvm()
     import jnius  # only once the JVM is started with Anserini's classpath
@@ -70,7 +80,7 @@ def _index_with_progress(args: list[str], documents: int, source: str | Path) ->
     array_list = java_class("java.util.ArrayList")()
     for arg in args:
         array_list.add(arg)
-    with java_errors(source, "check the input files"):
+    with java_errors(source, "check the input files", lambda causes: _disk_full_reason(index_dir, causes)):
         options = java_class("io.anserini.index.IndexCollection$Args")()
         java_class("org.kohsuke.args4j.CmdLineParser")(options).parseArgument(array_list)
         indexer = java_class("io.anserini.index.IndexCollection")(options)
@@ -87,13 +97,39 @@ def _index_with_progress(args: list[str], documents: int, source: str | Path) ->
         follower = threading.Thread(target=follow, daemon=True)
         follower.start()
         try:
-            with java_errors(source, "Anserini could not index it; check the input files"):
+            with java_errors(source, "Anserini could not index it; check the input files",
+                             lambda causes: _disk_full_reason(index_dir, causes)):
                 indexer.run()
         finally:
             finished.set()
             follower.join()
         progress.update(counters.indexed.get() - progress.done)
     return {name: int(getattr(counters, name).get()) for name in ("indexed", "empty", "unindexable", "skipped", "errors")}
+
+
+def _kept(index_dir: Path) -> str:
+    """What a failed build left at ``index_dir``: the previous index, or nothing."""
+    return f"the previous index at {index_dir} is kept" if is_lucene_index(index_dir) else "no index was written"
+
+
+def _disk_full_reason(index_dir: Path, messages: list[str]) -> str | None:
+    """``"reason; fix"`` when Java's or the OS's ``messages`` say the disk (or quota) is full, else None."""
+    full = next((words for words in DISK_FULL_MESSAGES if any(words in message for message in messages)), None)
+    if full is None:
+        return None
+    return (f"the disk holding {index_dir} is full ({full}) while the new index was written; {_kept(index_dir)}; "
+            "free disk space or build the index on another disk, and rerun")
+
+
+def _not_built(index_dir: Path, logged: list[str]) -> VtreproError:
+    """The error for a build after which Anserini left no index, from the errors it logged (and swallowed)."""
+    disk_full = _disk_full_reason(index_dir, logged)
+    if disk_full is not None:
+        return VtreproError(f"{index_dir}: {disk_full}")
+    first = next((line for line in logged if "Exception" in line or "Error" in line), logged[0] if logged else None)
+    cause = f" ({describe_causes([first])})" if first else ""
+    return VtreproError(f"{index_dir}: Anserini did not finish the new index{cause}; {_kept(index_dir)}; "
+                        "check the input files and the disk, then rerun (--verbose shows Anserini's log)")
 
 
 @contextlib.contextmanager
@@ -104,24 +140,30 @@ def _work_folder(index_dir: Path) -> Iterator[Path]:
     aside and moving the new one in, the old index is put back.
     """
     check_index_target(index_dir)
-    index_dir.parent.mkdir(parents=True, exist_ok=True)
-    _recover_abandoned(index_dir)
     work = index_dir.with_name(f".{index_dir.name}.work-{os.getpid()}")
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir()
     try:
+        index_dir.parent.mkdir(parents=True, exist_ok=True)
+        _recover_abandoned(index_dir)
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
         yield work
+    except OSError as error:
+        disk_full = _disk_full_reason(index_dir, [error.strerror or ""]) if error.errno in DISK_FULL_ERRNOS else None
+        if disk_full is None:
+            raise
+        raise VtreproError(f"{index_dir}: {disk_full}") from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def check_index_target(index_dir: Path) -> None:
-    """``index_dir`` may be written only when it is new, empty or a Lucene index (which is then replaced)."""
-    if index_dir.is_file():
-        raise VtreproError(f"{index_dir}: is a file; choose another --index folder")
+    """``index_dir`` may be written only when it is new, an empty folder or a Lucene index (which is then
+    replaced), never a file, device or FIFO (:func:`vtrepro.core.io.check_output`), and Java must be able to name it."""
+    check_output(index_dir, kind="folder")
     if index_dir.is_dir() and any(index_dir.iterdir()) and not is_lucene_index(index_dir):
         raise VtreproError(f"{index_dir}: exists and is not a Lucene index; refusing to replace it: "
                            "remove it or choose another --index folder")
+    java_path(index_dir)
 
 
 def _recover_abandoned(index_dir: Path) -> None:
@@ -185,13 +227,83 @@ def build_bm25_index(documents: Iterable[tuple[str, str]], index_dir: str | Path
                             f"{index_dir} (BM25 documents)", count, allow_empty=True)
 
 
+def check_index_folder(index_dir: str | Path) -> str:
+    """``index_dir`` as Java will name it, once it is a folder this user can list holding a ``segments_N``
+    file; each other case is one line saying which, before Java reads anything."""
+    path = Path(index_dir)
+    if not path.exists():
+        raise VtreproError(f"{path}: no such index folder; build it with {BUILD_COMMAND}")
+    if not path.is_dir():
+        raise VtreproError(f"{path}: is a file, not an index folder; give the folder {BUILD_COMMAND} built")
+    try:
+        names = os.listdir(path)
+    except PermissionError:
+        raise VtreproError(f"{path}: not a readable Lucene index: permission denied listing the folder; check its "
+                           "permissions (ls -ld) or ask its owner") from None
+    if not names:
+        raise VtreproError(f"{path}: is an empty folder, not a Lucene index; build it with {BUILD_COMMAND}")
+    if not is_lucene_index(path):
+        raise VtreproError(f"{path}: not a Lucene index (no segments_N file); build it with {BUILD_COMMAND}")
+    return java_path(path)
+
+
+def verified_index(index_dir: str | Path) -> str:
+    """``index_dir`` as Java will name it, once Lucene has opened it and verified the checksum of every file
+    (Lucene checks them only when it merges: a flipped bit would otherwise change scores silently)."""
+    path = check_index_folder(index_dir)
+    with index_errors(index_dir):
+        reader = java_class("io.anserini.index.IndexReaderUtils").getReader(path)
+        try:
+            for leaf in reader.leaves().toArray():
+                leaf.reader().checkIntegrity()
+        finally:
+            reader.close()
+    return path
+
+
+def index_errors(index_dir: str | Path) -> contextlib.AbstractContextManager[None]:
+    """A Java exception inside the block as one line saying why the index ``index_dir`` cannot be read."""
+    return java_errors(index_dir, f"not a readable Lucene index: {REBUILD}", _unreadable_reason)
+
+
+def _unreadable_reason(causes: list[str]) -> str | None:
+    """``"reason; fix"`` for a Lucene index Java could not open or verify, from the exception's causes (None: unknown)."""
+    def first(*names: str) -> str | None:
+        return next((cause for cause in causes if cause.partition(":")[0].rpartition(".")[2] in names), None)
+
+    denied = first("AccessDeniedException")
+    if denied:
+        return (f"not a readable Lucene index: permission denied reading {denied.partition(': ')[2]}; check the "
+                "permissions of its files (ls -l) or ask their owner")
+    newer = first("IndexFormatTooNewException") or next((cause for cause in causes if "is in the future" in cause), None)
+    if newer:
+        return (f"not a readable Lucene index: written by a newer Lucene than this Anserini's {lucene_version()} "
+                f"({describe_causes([newer])}); rebuild it from its vectors with {BUILD_COMMAND}, or search it with "
+                "the Anserini that built it")
+    older = first("IndexFormatTooOldException")
+    if older:
+        return (f"not a readable Lucene index: in a format Lucene {lucene_version()} does not read (an old Lucene's, "
+                f"or not Lucene's files: {describe_causes([older])}); {REBUILD}")
+    missing = first("NoSuchFileException", "FileNotFoundException")
+    if missing:
+        return f"not a readable Lucene index: incomplete, {missing.partition(': ')[2]} is missing; {REBUILD}"
+    corrupt = first("CorruptIndexException", "EOFException")
+    if corrupt:
+        return f"not a readable Lucene index: corrupt ({describe_causes([corrupt])}); {REBUILD}"
+    return None
+
+
+def lucene_version() -> str:
+    """The version of the Lucene inside this Anserini (e.g. ``9.9.1``)."""
+    return str(java_class("org.apache.lucene.util.Version").LATEST.toString())
+
+
 def index_stats(index_dir: str | Path) -> dict[str, int]:
     """Anserini's index statistics: documents, non_empty_documents, unique_terms, total_terms."""
-    if not is_lucene_index(index_dir):
-        raise VtreproError(f"{index_dir}: not a Lucene index; build it with 'python -m vtrepro.index'")
+    path = check_index_folder(index_dir)
     utils = java_class("io.anserini.index.IndexReaderUtils")
-    with java_errors(index_dir, "not a readable Lucene index: rebuild it with 'python -m vtrepro.index'"):
-        reader = utils.getReader(str(index_dir))
+    with index_errors(index_dir):
+        reader = utils.getReader(path)
     try:
         stats = utils.getIndexStats(reader)
         return {key: int(stats.get(key)) for key in ("documents", "non_empty_documents", "unique_terms", "total_terms")}
@@ -221,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     check_index_target(args.index)
-    check_output_folder(args.index.parent)
+    check_output(args.index, [vectors_folder(args.vectors), args.vectors / MANIFEST_NAME], kind="folder")
+    check_output(args.index.parent, kind="folder")  # the build works beside the index
     manifest = load_manifest(args.vectors)
     folder = vectors_folder(args.vectors)
     summary = fingerprint_files(vector_files(folder))

@@ -5,6 +5,12 @@ A bundle holds, per run, ``<condition>/<dataset>/`` with ``manifest.json``, ``ve
 and the environment that encoded them. Beside it, ``<bundle>.sha256`` (``sha256sum`` format).
 ``regress --vectors bundle.tar`` checks both before it uses anything, so figures computed from a
 published bundle are exact on any machine.
+
+A bundle comes from elsewhere, so it is opened as hostile input: every member's header is checked
+before anything is extracted (plain files and folders only, paths inside the bundle, no sparse
+members, each declared size and their total within the bundle's own size, the JSON headers and the
+member count within stated caps), then members are streamed to disk in blocks, their sizes and line
+lengths verified as they are written; nothing is read whole into memory.
 """
 from __future__ import annotations
 
@@ -15,8 +21,8 @@ import shutil
 import tarfile
 import tempfile
 from dataclasses import asdict
-from pathlib import Path
-from typing import Any, Iterable
+from pathlib import Path, PurePosixPath
+from typing import IO, Any, Iterable
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, sha256_file
@@ -26,6 +32,11 @@ from vtrepro.search.lucene import read_query_vectors
 BUNDLE_FORMAT = "vtrepro.vector-bundle/1"
 BUNDLE_MANIFEST = "bundle.json"
 QUERIES_NAME = "queries.jsonl"
+RUN_MANIFEST = "manifest.json"
+MAX_MEMBERS = 200_000  # headers held in memory while checking; BEIR-13 plus MS MARCO at 2,000 per shard is ~8,000 a run
+MAX_JSON_BYTES = 16 << 20  # bundle.json and each run's manifest.json are parsed whole
+MAX_LINE_BYTES = 64 << 20  # a vector line is read whole when fingerprinted: 64 MiB is far above a 250k-term vocabulary
+COPY_BLOCK = 1 << 20
 
 
 def run_key(condition: str, dataset: str) -> str:
@@ -45,7 +56,7 @@ def run_fingerprints(run_dir: Path) -> dict[str, VectorSetSummary]:
 
 def _members(run_dir: Path, key: str) -> list[tuple[str, Path]]:
     """(name in the bundle, file) of one run, or an error naming what is missing."""
-    manifest = run_dir / "manifest.json"
+    manifest = run_dir / RUN_MANIFEST
     if not manifest.is_file() or not json.loads(manifest.read_text(encoding="utf-8")).get("complete"):
         raise VtreproError(f"{run_dir}: no complete encoded corpus; run 'python -m vtrepro.regress' for it first")
     if not (run_dir / QUERIES_NAME).is_file():
@@ -54,10 +65,11 @@ def _members(run_dir: Path, key: str) -> list[tuple[str, Path]]:
     return [(f"{key}/{path.relative_to(run_dir).as_posix()}", path) for path in files]
 
 
-def _add_bytes(archive: tarfile.TarFile, name: str, data: bytes) -> None:
+def _add_member(archive: tarfile.TarFile, name: str, size: int, content: IO[bytes]) -> None:
+    """Add ``size`` bytes from ``content`` as a member without time or owner (streamed, never read whole)."""
     info = tarfile.TarInfo(name)
-    info.size, info.mode, info.mtime = len(data), 0o644, 0
-    archive.addfile(info, io.BytesIO(data))
+    info.size, info.mode, info.mtime = size, 0o644, 0
+    archive.addfile(info, content)
 
 
 def write_bundle(run_root: Path, runs: Iterable[tuple[str, str]], output: Path, spec_path: Path,
@@ -78,9 +90,11 @@ def write_bundle(run_root: Path, runs: Iterable[tuple[str, str]], output: Path, 
     header = {"format": BUNDLE_FORMAT, "spec": spec_path.name, "spec_text": spec_path.read_text(encoding="utf-8"),
               "environment": environment, "runs": entries}
     with atomic_write(output, "wb") as handle, tarfile.open(fileobj=handle, mode="w", format=tarfile.PAX_FORMAT) as archive:
-        _add_bytes(archive, BUNDLE_MANIFEST, (json.dumps(header, indent=2, ensure_ascii=False) + "\n").encode())
+        manifest = (json.dumps(header, indent=2, ensure_ascii=False) + "\n").encode()
+        _add_member(archive, BUNDLE_MANIFEST, len(manifest), io.BytesIO(manifest))
         for name, path in sorted(members):
-            _add_bytes(archive, name, path.read_bytes())
+            with open(path, "rb") as content:
+                _add_member(archive, name, os.fstat(content.fileno()).st_size, content)
     digest = sha256_file(output)
     with atomic_write(checksum_path(output)) as handle:
         handle.write(f"{digest}  {output.name}\n")
@@ -95,7 +109,8 @@ def _check_checksum(bundle: Path) -> str:
     digest = sha256_file(bundle)
     sidecar = checksum_path(bundle)
     if sidecar.is_file():
-        recorded = sidecar.read_text(encoding="utf-8").split()[:1]
+        with open(sidecar, "rb") as handle:
+            recorded = handle.read(4096).decode("utf-8", errors="replace").split()[:1]
         if recorded != [digest]:
             raise VtreproError(f"{bundle}: sha256 {digest[:12]}... does not match {sidecar} "
                                f"({(recorded or ['nothing'])[0][:12]}...); the file is damaged or truncated: fetch it again")
@@ -103,15 +118,15 @@ def _check_checksum(bundle: Path) -> str:
 
 
 def _extract(bundle: Path, target: Path) -> None:
-    """Extract into a temporary folder beside ``target``, then rename; refuse unsafe or damaged archives."""
+    """Check every member's header, then stream the members into a temporary folder beside ``target`` and
+    rename it; refuse unsafe, oversized or damaged archives."""
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         with tarfile.open(bundle, mode="r:") as archive:
-            for member in archive.getmembers():
-                if not (member.isfile() or member.isdir()):
-                    raise VtreproError(f"{bundle}: member {member.name!r} is not a plain file; not a vtrepro bundle")
-            archive.extractall(staging, filter="data")
+            members = _checked_members(archive, bundle)
+            for member in members:
+                _write_member(archive, member, staging, bundle)
         os.replace(staging, target)
     except (tarfile.TarError, EOFError) as error:
         raise VtreproError(f"{bundle}: not a readable vector bundle ({error}); it is damaged or truncated: "
@@ -120,8 +135,87 @@ def _extract(bundle: Path, target: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def _checked_members(archive: tarfile.TarFile, bundle: Path) -> list[tarfile.TarInfo]:
+    """Every member's header, checked before anything is extracted; the sizes may not add up to more than
+    the bundle itself holds (a member's bytes are stored in it: nothing expands on extraction)."""
+    budget = bundle.stat().st_size
+    members: list[tarfile.TarInfo] = []
+    names: set[str] = set()
+    total = 0
+    for member in archive:
+        if len(members) == MAX_MEMBERS:
+            raise VtreproError(f"{bundle}: more than {MAX_MEMBERS} members; not a vtrepro bundle (refused before "
+                               "extracting anything): re-export it with fewer, larger shards")
+        problem = _member_problem(member, budget)
+        if problem is None and member.name in names:
+            problem = "appears twice"
+        total += member.size
+        if problem is None and total > budget:
+            problem = f"brings the declared sizes to {total} bytes, more than the bundle's {budget}"
+        if problem is not None:
+            raise VtreproError(f"{bundle}: member {member.name!r} {problem}; not a vtrepro bundle (refused "
+                               "before extracting anything): fetch it again or re-export it")
+        members.append(member)
+        names.add(member.name)
+    return members
+
+
+def _member_problem(member: tarfile.TarInfo, budget: int) -> str | None:
+    """What makes one member unfit for a vector bundle, or None."""
+    path = PurePosixPath(member.name)
+    if not (member.isfile() or member.isdir()):
+        return "is not a plain file or folder (a link, device or FIFO)"
+    if member.issparse():
+        return f"is a sparse file declaring {member.size} bytes ('export' never writes one)"
+    if path.is_absolute() or ".." in path.parts or not path.parts:
+        return "has a path that leaves the bundle"
+    if member.size > budget:
+        return f"declares {member.size} bytes, more than the whole bundle's {budget}"
+    if path.name in (BUNDLE_MANIFEST, RUN_MANIFEST) and member.size > MAX_JSON_BYTES:
+        return f"declares {member.size} bytes; this header is read whole and may hold at most {MAX_JSON_BYTES}"
+    return None
+
+
+def _write_member(archive: tarfile.TarFile, member: tarfile.TarInfo, staging: Path, bundle: Path) -> None:
+    """Stream one checked member under ``staging`` in blocks, verifying its size and that no line is longer
+    than :data:`MAX_LINE_BYTES` (a vector line is read whole when it is fingerprinted)."""
+    path = staging.joinpath(*PurePosixPath(member.name).parts)
+    if member.isdir():
+        path.mkdir(parents=True, exist_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    source = archive.extractfile(member)
+    assert source is not None  # a checked regular member
+    written, open_line = 0, 0
+    with source, open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "wb") as handle:
+        for block in iter(lambda: source.read(COPY_BLOCK), b""):
+            written += len(block)
+            open_line = _line_length(block, open_line)
+            if open_line > MAX_LINE_BYTES:
+                raise VtreproError(f"{bundle}: member {member.name!r} has a line longer than {MAX_LINE_BYTES} bytes; "
+                                   "not vectors vtrepro wrote: fetch the bundle again or re-export it")
+            handle.write(block)
+    if written != member.size:
+        raise VtreproError(f"{bundle}: member {member.name!r} holds {written} bytes but declares {member.size}; the "
+                           "bundle is damaged or truncated: fetch it again or re-export it")
+
+
+def _line_length(block: bytes, carried: int) -> int:
+    """The length of the line still open after ``block``, or more than the cap when a line in it (with the
+    ``carried`` open line before it) is too long; lines within one block are shorter than the cap."""
+    first = block.find(b"\n")
+    if first == -1:
+        return carried + len(block)
+    if carried + first > MAX_LINE_BYTES:
+        return carried + first
+    return len(block) - block.rfind(b"\n") - 1
+
+
 def read_bundle_manifest(folder: Path, bundle: Path) -> dict[str, Any]:
     path = folder / BUNDLE_MANIFEST
+    if path.is_file() and path.stat().st_size > MAX_JSON_BYTES:
+        raise VtreproError(f"{bundle}: {BUNDLE_MANIFEST} holds {path.stat().st_size} bytes; a vtrepro bundle header "
+                           f"is read whole and holds at most {MAX_JSON_BYTES}: re-export the bundle")
     try:
         header = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):

@@ -78,6 +78,7 @@ def trained_model(recipe_name: str, train_root: Path, model_dir: str | None, dat
     command = [sys.executable, "-m", "vtrepro", "train", "--config", str(recipe.path), "--output", str(output)]
     command += ["--data-dir", data_dir] if data_dir else []
     command += ["--model-dir", model_dir] if model_dir else []
+    command += ["--trust-remote-code"] if recipe.trust_remote_code else []  # granted to regress before any run
     print(f"training {recipe.path} -> {final}", file=sys.stderr, flush=True)
     if subprocess.run(command).returncode != 0:
         raise VtreproError(f"training {recipe.path} failed (its error is above); "

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from vtrepro.core.cli import cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import check_output_file
-from vtrepro.regress.bundle import write_bundle
+from vtrepro.core.io import check_output
+from vtrepro.regress.bundle import checksum_path, write_bundle
 from vtrepro.regress.report import environment
 from vtrepro.regress.runner import selected_runs
 from vtrepro.regress.spec import load_spec
@@ -27,9 +27,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True, type=Path, help="bundle file to write (.tar); <output>.sha256 beside it")
     args = parser.parse_args(argv)
 
-    check_output_file(args.output)
     spec = load_spec(args.spec)
     run_root = args.runs / spec.name
+    for output in (args.output, checksum_path(args.output)):
+        check_output(output, [spec.path, run_root])
     if not run_root.is_dir():
         raise VtreproError(f"{run_root}: no runs of {spec.name}; run 'python -m vtrepro.regress --spec {args.spec}' first")
     runs = [(condition.name, dataset.name) for condition, dataset in selected_runs(spec, args.datasets)

@@ -26,16 +26,19 @@ from vtrepro.core.cli import (
     add_data_dir,
     add_model_dir,
     add_threads,
+    add_trust_remote_code,
     cli_entry,
     command_parser,
+    grant_remote_code,
     os_error_message,
     positive_int,
 )
 from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
-from vtrepro.core.io import check_output_folder
+from vtrepro.core.io import check_output, check_replaceable, check_within
 from vtrepro.core.java import start_jvm
-from vtrepro.data.beir import data_root, load_dataset
-from vtrepro.model.loading import model_availability
+from vtrepro.data.availability import check_dataset_split
+from vtrepro.data.beir import load_dataset
+from vtrepro.model.loading import model_availability, resolve_model
 from vtrepro.regress.agreement import vector_agreement
 from vtrepro.regress.compare import (
     TIER_FIXED,
@@ -52,6 +55,9 @@ from vtrepro.regress.spec import Condition, DatasetRun, EncodedVectors, Spec, lo
 from vtrepro.report.results import NOT_OK, STATUS_ERROR, STATUS_FAIL, STATUS_MEASURED, STATUS_OK, STATUS_OKISH
 from vtrepro.training.recipe import load_recipe
 from vtrepro.training.stages import Stage
+
+BUNDLE_CACHE = ".bundles"  # under --output: bundles given to --vectors, extracted once
+TRAIN_ROOT = "train"  # under --output: the models of 'train' recipes
 
 
 def selected_runs(spec: Spec, datasets: str | None) -> Iterable[tuple[Condition, DatasetRun]]:
@@ -95,8 +101,7 @@ def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], data
             if problem:
                 problems[base] = problem
             what = f"model {base} ({where})" + "".join(_describe_stage(stage) for stage in condition.stages)
-        root = data_root(data_dir)
-        local = root is not None and any((root / sub / dataset.name).is_dir() for sub in ("beir", "."))
+        local = check_dataset_split(dataset.name, dataset.split, data_dir)  # what the real run checks first
         pinned = sum(value is not None for value in dataset.scores.values())
         lines.append(
             f"  {condition.name} / {dataset.name} [{dataset.split}]: {what}; data "
@@ -104,6 +109,51 @@ def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], data
         )
     lines += [f"missing: {problem}" for problem in problems.values()]
     return "\n".join(lines)
+
+
+def _local_dataset(name: str, data_dir: str | None) -> Path | None:
+    """The folder of dataset ``name`` when it is here (a dataset still to download is not yet an input)."""
+    try:
+        return load_dataset(name, data_dir, download=False).path
+    except VtreproError:
+        return None
+
+
+def run_inputs(spec: Spec, selected: list[tuple[Condition, DatasetRun]], args: argparse.Namespace) -> list[Path | str | None]:
+    """The files and folders a regression reads: the spec, ``--vectors``/``--reference-vectors``, the
+    datasets, each condition's encoded vectors, local model folder and training recipe."""
+    inputs: list[Path | str | None] = [spec.path, args.vectors, args.reference_vectors]
+    for condition, dataset in selected:
+        inputs.append(_local_dataset(dataset.name, args.data_dir))
+        if dataset.encoded:
+            inputs += [dataset.encoded.corpus, dataset.encoded.queries]
+        if condition.model:
+            inputs.append(resolve_model(condition.model, args.model_dir))
+        if condition.train:
+            inputs.append(load_recipe(condition.train).path)
+    return inputs
+
+
+def check_outputs(spec: Spec, selected: list[tuple[Condition, DatasetRun]], args: argparse.Namespace) -> Path:
+    """The run's folder ``<output>/<spec>``, checked before any work: it and the other folders regress writes
+    under ``--output`` (the bundle cache, the training root) keep apart from every input
+    (:func:`vtrepro.core.io.check_output`), and every artifact folder the spec's names make stays inside
+    its root, links followed."""
+    out_dir = check_within(args.output / spec.name, args.output)
+    folders = [out_dir]
+    if args.vectors or args.reference_vectors:
+        folders.append(args.output / BUNDLE_CACHE)
+    train_root = args.output / TRAIN_ROOT
+    trained = {load_recipe(condition.train).name for condition, _ in selected if condition.train}
+    folders += [train_root] if trained else []
+    inputs = run_inputs(spec, selected, args)
+    for folder in folders:
+        check_output(folder, inputs, kind="folder")
+    for condition, dataset in selected:
+        check_within(out_dir / condition.name / dataset.name, out_dir)
+    for recipe_name in trained:
+        check_within(train_root / recipe_name, train_root)
+    return out_dir
 
 
 def _describe_stage(stage: Stage) -> str:
@@ -115,6 +165,12 @@ def _describe_stage(stage: Stage) -> str:
                                                                    "target_norm") if options[name] is not None)
         return f", transferred ({options['preset']} preset, {options['init']}{overrides}){held_out}"
     return f", calibrated on {options['dataset'] or options['corpus']}"
+
+
+def _remote_code_askers(spec: Spec) -> list[str]:
+    """The conditions of ``spec`` (directly or through their training recipe) that ask for model code to run."""
+    return [f"condition '{condition.name}'" for condition in spec.conditions
+            if condition.trust_remote_code or (condition.train and load_recipe(condition.train).trust_remote_code)]
 
 
 @cli_entry
@@ -138,23 +194,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strict", action="store_true", help="OKISH (within tolerance, not exact) counts as FAIL")
     parser.add_argument("--record", action="store_true", help="write observed values into the spec as expected")
     parser.add_argument("--dry-run", action="store_true", help="validate the spec, print the plan, run nothing")
+    add_trust_remote_code(parser)
     args = parser.parse_args(argv)
 
 
     spec = load_spec(args.spec)
     selected = list(selected_runs(spec, args.datasets))
+    grant_remote_code(spec.path, _remote_code_askers(spec), args.trust_remote_code)
+    out_dir = check_outputs(spec, selected, args)
+    if args.record:
+        check_replaceable(spec.path)
     if args.dry_run:
-        print(describe_plan(spec, selected, args.data_dir, args.model_dir, args.output / "train"))
+        print(describe_plan(spec, selected, args.data_dir, args.model_dir, args.output / TRAIN_ROOT))
         return EXIT_OK
-    out_dir = check_output_folder(args.output / spec.name)
     datasets = {}
     for condition, dataset_run in selected:  # fail on missing data or a bad training recipe before any work
         if dataset_run.name not in datasets:
             datasets[dataset_run.name] = load_dataset(dataset_run.name, args.data_dir)
-        datasets[dataset_run.name].qrels(dataset_run.split)
+        datasets[dataset_run.name].queries(dataset_run.split)  # reads and checks the qrels and the queries
         if condition.train:
             load_recipe(condition.train)
-    cache = args.output / ".bundles"
+    cache = args.output / BUNDLE_CACHE
     sources = vector_sources(args.vectors, selected, cache) if args.vectors else {}
     references = vector_sources(args.reference_vectors, selected, cache) if args.reference_vectors else {}
     for encoded in [*sources.values(), *(dataset.encoded for _, dataset in selected if dataset.encoded)]:
@@ -162,17 +222,18 @@ def main(argv: list[str] | None = None) -> int:
     start_jvm()
 
     outcome = run_all(spec, selected, out_dir, args, argv, sources, references, datasets)
-    rows = outcome.rows
+    rows, record_failure = outcome.rows, None
     if args.record and not outcome.errors:
-        record_observed(spec.path, outcome.recorded)
-        print(f"recorded observed values into {spec.path}", file=sys.stderr)
-        rows = [row if row.kind == "reference" or row.status == STATUS_MEASURED else
-                ResultRow(**{**asdict(row), "expected": row.observed, "status": STATUS_OK, "tier": TIER_FIXED, "note": ""})
-                for row in rows]
+        record_failure = _record(spec, outcome)
+        if record_failure is None:
+            rows = [row if row.kind == "reference" or row.status == STATUS_MEASURED else
+                    ResultRow(**{**asdict(row), "expected": row.observed, "status": STATUS_OK, "tier": TIER_FIXED,
+                                 "note": ""})
+                    for row in rows]
     if args.strict:
         rows = [ResultRow(**{**asdict(row), "status": STATUS_FAIL}) if row.status == STATUS_OKISH else row
                 for row in rows]
-    write_report(spec, rows, outcome.timings, out_dir, argv, outcome.distributions, train_root=args.output / "train")
+    write_report(spec, rows, outcome.timings, out_dir, argv, outcome.distributions, train_root=args.output / TRAIN_ROOT)
     print(format_table(rows))
     failed = [row for row in rows if row.status in NOT_OK]
     okish = sum(row.status == STATUS_OKISH for row in rows)
@@ -183,7 +244,21 @@ def main(argv: list[str] | None = None) -> int:
         nothing_recorded = "; nothing was recorded into the spec" if args.record else ""
         raise VtreproError(f"{outcome.errors[0]}{others} (every run's outcome is in {out_dir / 'report.md'}"
                            f"{nothing_recorded})")
+    if record_failure is not None:
+        raise VtreproError(f"{spec.path}: recording the observed values failed ({record_failure}); the spec is "
+                           f"unchanged and every run's outcome is in {out_dir / 'report.md'}: fix that and rerun --record")
     return EXIT_MISMATCH if failed else EXIT_OK
+
+
+def _record(spec: Spec, outcome: Outcome) -> str | None:
+    """Write the observed values into the spec; what went wrong, or None. A failure here comes after every
+    run, so it is reported after their results and report are written, never instead of them."""
+    try:
+        record_observed(spec.path, outcome.recorded)
+    except (VtreproError, OSError) as error:
+        return os_error_message(error) if isinstance(error, OSError) else " ".join(str(error).split())
+    print(f"recorded observed values into {spec.path}", file=sys.stderr)
+    return None
 
 
 @dataclass
@@ -225,7 +300,7 @@ def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: P
     try:
         for condition in spec.conditions:
             runner = ConditionRunner(condition, spec, out_dir, args.model_dir, args.data_dir, args.threads,
-                                     args.output / "train", args.encode_procs)
+                                     args.output / TRAIN_ROOT, args.encode_procs)
             observations: dict[str, Observation] = {}
             for dataset_run in condition.datasets:
                 key = (condition.name, dataset_run.name)
@@ -258,6 +333,6 @@ def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: P
             outcome.rows += compare_averages(condition, observations)
     except BaseException:  # an interrupt or an internal error: keep what finished, then report the failure
         write_report(spec, outcome.rows, outcome.timings, out_dir, argv, outcome.distributions, interrupted=True,
-                     train_root=args.output / "train")
+                     train_root=args.output / TRAIN_ROOT)
         raise
     return outcome

@@ -9,6 +9,7 @@ checks (defaults, conditions, datasets, their blocks), each loader beside the da
 """
 from __future__ import annotations
 
+import copy
 import io
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,11 +19,13 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, unsafe_character
-from vtrepro.core.schema import Checker, Field, read_yaml, round_trip_yaml
-from vtrepro.encode.vectors import ROUNDINGS, Quantization
+from vtrepro.core.schema import MAX_BATCH_SIZE, MAX_TEXT_TOKENS, Checker, Field, read_yaml, round_trip_yaml
+from vtrepro.data.beir import DATASET_NAME
+from vtrepro.encode.vectors import MAX_SCALE, MIN_SCALE, ROUNDINGS, Quantization
 from vtrepro.evaluate.trec import DEFAULT_METRICS, parse_metric
 from vtrepro.model.options import PRECISIONS, PROJECTIONS
 from vtrepro.report.published import PublishedSystem, load_system
+from vtrepro.search.lucene import MAX_K
 from vtrepro.training.stages import Stage, read_stage
 
 REGRESSIONS_DIR = Path(__file__).resolve().parents[2] / "regressions"
@@ -43,9 +46,10 @@ _CONDITION = {
                                                "transfer", "calibrate", "tolerance")},
 }
 _BM25 = {"k1": Field(float, None, minimum=0), "b": Field(float, None, minimum=0, maximum=1)}
-_ENCODER = {**{key: Field(int, None, minimum=1) for key in ("max_length_doc", "max_length_query", "batch_size")},
+_ENCODER = {**{key: Field(int, None, minimum=1, maximum=MAX_TEXT_TOKENS) for key in ("max_length_doc", "max_length_query")},
+            "batch_size": Field(int, None, minimum=1, maximum=MAX_BATCH_SIZE),
             "dtype": Field(str, None, PRECISIONS), "projection": Field(str, None, PROJECTIONS)}
-_QUANTIZATION = {"scale": Field(float, None, above=0), "rounding": Field(str, None, ROUNDINGS)}
+_QUANTIZATION = {"scale": Field(float, None, minimum=MIN_SCALE, maximum=MAX_SCALE), "rounding": Field(str, None, ROUNDINGS)}
 _TOLERANCE = {key: Field(float, None, minimum=0) for key in ("total_terms", "scores")}
 _TRANSFER_SOURCE = {"source": Field(str)}  # the masked-LM checkpoint to transfer
 _DATASET = {"split": Field(str, None), **{key: Field("mapping", None)
@@ -169,7 +173,7 @@ def load_spec(spec: str | Path) -> Spec:
     check.mapping(document, None, _SPEC_KEYS, "")
     defaults = check.mapping(document, "defaults", _DEFAULT_KEYS, "defaults")
     metrics = _load_metrics(check, defaults)
-    k = check.value(defaults, "k", Field(int, minimum=1), "defaults.k") if "k" in defaults else 1000
+    k = check.value(defaults, "k", Field(int, minimum=1, maximum=MAX_K), "defaults.k") if "k" in defaults else 1000
     deepest = max(metrics, key=lambda metric: parse_metric(metric)[1])
     if parse_metric(deepest)[1] > k:
         raise check.fail(defaults, "k" if "k" in defaults else "metrics",
@@ -253,6 +257,7 @@ def _load_condition(check: Checker, parent: CommentedMap, name: str, metrics: tu
         tolerance=_load_tolerance(check, node, where, tolerance), agrees_with=given.get("agrees_with"),
     )
     for dataset in datasets:
+        _check_dataset_name(check, datasets, dataset, where)
         condition.datasets.append(_load_dataset(check, datasets, dataset, f"{where}, dataset '{dataset}'", retrieval,
                                                 metrics, split))
     if "published" in given:
@@ -294,6 +299,19 @@ def _apply_published(check: Checker, node: CommentedMap, condition: Condition, k
                              if metric in metrics}
     if set(system.average_datasets) == {dataset.name for dataset in condition.datasets}:
         condition.reference_average = {metric: value for metric, value in system.average.items() if metric in metrics}
+
+
+def _check_dataset_name(check: Checker, parent: CommentedMap, name: Any, where: str) -> None:
+    """A dataset key is a name (``scifact``, ``cqadupstack/android``), never a path: it is looked up under the
+    data root and names the run's artifact folder, which a path would put inside the dataset itself."""
+    if not isinstance(name, str):
+        raise check.fail(parent, name, f"{where}: dataset key {name!r} is a YAML {type(name).__name__}, not a "
+                                       "dataset name; quote the name as written (e.g. '2024')")
+    if not DATASET_NAME.fullmatch(name):
+        raise check.fail(parent, name, f"{where}: dataset {name!r:.80} is not a dataset name (letters, digits, "
+                                       "'.', '_', '-', starting with a letter or digit, with at most one '/' as in "
+                                       "cqadupstack/android), never a path; put the folder at <data root>/beir/<name> "
+                                       "(--data-dir / $VTREPRO_DATA) and use its name")
 
 
 def _load_dataset(check: Checker, parent: CommentedMap, name: str, where: str, retrieval: str,
@@ -347,26 +365,57 @@ def _load_encoded(check: Checker, parent: CommentedMap, where: str) -> EncodedVe
     return EncodedVectors(**paths)
 
 
+def _references(node: Any, counts: dict[int, int]) -> dict[int, int]:
+    """How often each mapping and list under ``node`` is reached through its own keys and its merges
+    (``<<: *pins``): more than once means the spec shares it (``&pins`` ... ``*pins``)."""
+    counts[id(node)] = counts.get(id(node), 0) + 1
+    if counts[id(node)] == 1:
+        children = ([value for _, value in node.non_merged_items()] + list(node.merge)
+                    if isinstance(node, CommentedMap) else list(node))
+        for child in children:
+            if isinstance(child, (CommentedMap, CommentedSeq)):
+                _references(child, counts)
+    return counts
+
+
+def _own_node(document: CommentedMap, parent: CommentedMap, key: str) -> Any:
+    """The value of ``key`` in ``parent`` (None when absent), made this place's own first when the spec
+    shares it (an alias, or a merge ``<<: *pins``): replaced by a copy, so what is written into it lands
+    here alone."""
+    own = dict(parent.non_merged_items())
+    node = own[key] if key in own else next((source[key] for source in parent.merge if key in source), None)
+    if isinstance(node, (CommentedMap, CommentedSeq)) and (key not in own or _references(document, {})[id(node)] > 1):
+        node = copy.deepcopy(node)
+        node.anchor.value = None  # the copy is this place's own: no anchor of its own to write
+        parent[key] = node
+    return node
+
+
 def record_observed(path: Path, observed: dict[tuple[str, str], dict[str, Any]]) -> None:
     """Write observed scores and index stats as the spec's expected values, keeping comments and order.
 
     ``observed`` maps (condition, dataset) to ``{"scores": {metric: value}, "index": {stat: value},
-    "vectors": {"corpus": sha256, "queries": sha256}}`` (no "vectors" for BM25).
+    "vectors": {"corpus": sha256, "queries": sha256}}`` (no "vectors" for BM25). Each run's values are
+    written into its own place: a node the spec shares (``&pins``/``*pins``, ``<<: *pins``) is first
+    replaced there by a copy, so one condition's values never land in another's.
     """
     document = _read_document(path)
     for (condition, dataset), values in observed.items():
-        entry = document["conditions"][condition]["datasets"][dataset]
+        condition_node = _own_node(document, document["conditions"], condition)
+        datasets = _own_node(document, condition_node, "datasets")
+        entry = _own_node(document, datasets, dataset)
         if entry is None:
-            entry = document["conditions"][condition]["datasets"][dataset] = CommentedMap()
+            entry = datasets[dataset] = CommentedMap()
         for section in ("vectors", "index", "scores"):
             if not values.get(section):
                 continue
-            if entry.get(section) is None:
-                values_map = CommentedMap()
-                values_map.fa.set_flow_style()
-                entry.insert(len(entry) if section != "vectors" else 0, section, values_map)
+            pinned = _own_node(document, entry, section)
+            if pinned is None:
+                pinned = CommentedMap()
+                pinned.fa.set_flow_style()
+                entry.insert(len(entry) if section != "vectors" else 0, section, pinned)
             for key, value in values[section].items():
-                entry[section][key] = value
+                pinned[key] = value
     buffer = io.StringIO()
     round_trip_yaml().dump(document, buffer)
     with atomic_write(path) as handle:

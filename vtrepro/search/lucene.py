@@ -3,7 +3,7 @@
 ``python -m vtrepro.search --index INDEX --queries queries.jsonl --output run.trec`` runs impact
 search with the integer query vectors of an encoded ``queries.jsonl`` (``{"id", "vector"}``).
 Hits are ordered by score, ties by document id; a query's own id is removed from its hits
-(the BEIR convention); the top ``k`` (default 1000) are kept. Impact scores are exact integer dot
+(the BEIR convention); the top ``k`` (default 1000, at most :data:`MAX_K`) are kept. Impact scores are exact integer dot
 products: Anserini lowers tied scores by a few ulps to encode its docid tie-break, and that
 adjustment is undone here, since every impact score is an integer by construction.
 
@@ -12,6 +12,7 @@ folder, built there from ``--vectors`` when given (kept when it already holds th
 """
 from __future__ import annotations
 
+import argparse
 import math
 import time
 from dataclasses import dataclass, field
@@ -20,19 +21,25 @@ from typing import Mapping
 
 import numpy as np
 
-from vtrepro.core.cli import add_threads, cli_entry, command_parser, positive_int
+from vtrepro.core.cli import add_threads, cli_entry, command_parser, number_in
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import atomic_write, check_output_file, read_lines
-from vtrepro.core.java import java_class, java_errors
+from vtrepro.core.io import atomic_write, check_output, read_lines
+from vtrepro.core.java import java_class
 from vtrepro.core.progress import Progress
 from vtrepro.encode.fingerprint import MAX_IMPACT, load_vectors
 from vtrepro.encode.writer import vectors_folder
-from vtrepro.index.lucene import is_lucene_index
+from vtrepro.index.lucene import check_index_folder, index_errors, verified_index
 
 Run = dict[str, dict[str, float]]
 """qid -> {docid: score}, the shape pytrec_eval takes."""
 SEARCH_BATCH = 256
-UNREADABLE_INDEX = "not a readable Lucene index: rebuild it with 'python -m vtrepro.index'"
+MAX_K = 10_000
+"""Most hits per query: ten times the deepest cutoff evaluated here (recall@1000, the paper's k). The
+engines set aside room for k hits per query before they search."""
+MAX_RUN_HITS = 20_000_000
+"""Most hits one search may return (queries x hits per query, once k is cut to the documents): a run is
+held in memory, about 150 bytes a hit (3 GB); the largest BEIR query set at k=1000 (quora, 10,000
+queries) returns 10 million."""
 
 
 @dataclass
@@ -55,6 +62,24 @@ class SearchTiming:
                        "latency_p99_ms": float(np.percentile(milliseconds, 99))}
         rate = self.queries / self.seconds if self.seconds > 0 else None
         return {"search_threads": self.threads, "search_queries_per_s": rate, **latency}
+
+
+def add_k(parser: argparse._ActionsContainer) -> None:
+    """``--k``: hits per query, 1 to :data:`MAX_K` (default 1000)."""
+    parser.add_argument("--k", type=number_in(int, minimum=1, maximum=MAX_K), default=1000,
+                        help=f"hits per query, 1 to {MAX_K} (default 1000, the paper's); a k above the documents "
+                             f"in the index is cut to them before searching (the same run), and queries x hits "
+                             f"must stay within {MAX_RUN_HITS:,} (a run is held in memory)")
+
+
+def hits_per_query(k: int, documents: int, queries: int) -> int:
+    """``k`` cut to the index's ``documents`` (no engine returns more hits than documents, so the run is the
+    same), refused when ``queries`` searches of that depth would return more than :data:`MAX_RUN_HITS`."""
+    k = max(1, min(k, documents))
+    if k * queries > MAX_RUN_HITS:
+        raise VtreproError(f"{queries} queries x {k} hits per query would return {k * queries:,} hits, more than "
+                           f"the {MAX_RUN_HITS:,} a run may hold in memory; lower k or search the queries in parts")
+    return k
 
 
 def _collect(hits_by_qid, qids: list[str], k: int, remove_query_id: bool, integer_scores: bool) -> Run:
@@ -101,8 +126,8 @@ def search_impact(
     index_searcher = java_class("org.apache.lucene.search.IndexSearcher")
     if longest > index_searcher.getMaxClauseCount():  # dense queries (an untrained model) have thousands of terms
         index_searcher.setMaxClauseCount(longest)
-    with java_errors(index_dir, UNREADABLE_INDEX):
-        searcher = java_class("io.anserini.search.SimpleImpactSearcher")(_checked_index(index_dir))
+    with index_errors(index_dir):
+        searcher = java_class("io.anserini.search.SimpleImpactSearcher")(verified_index(index_dir))
     try:
         return _search_all(searcher, java_queries, qids, k, threads, remove_query_id, True, timing)
     finally:
@@ -121,22 +146,13 @@ def search_bm25(
 ) -> Run:
     """BM25 search with Anserini's default analyzer (``timing`` as for :func:`search_impact`)."""
     qids = list(queries)
-    with java_errors(index_dir, UNREADABLE_INDEX):
-        searcher = java_class("io.anserini.search.SimpleSearcher")(_checked_index(index_dir))
+    with index_errors(index_dir):
+        searcher = java_class("io.anserini.search.SimpleSearcher")(verified_index(index_dir))
     try:
         searcher.set_bm25(float(k1), float(b))
         return _search_all(searcher, [queries[qid] for qid in qids], qids, k, threads, remove_query_id, False, timing)
     finally:
         searcher.close()
-
-
-def _checked_index(index_dir: str | Path) -> str:
-    """``index_dir`` as a string for Anserini, once it is known to hold a Lucene index."""
-    if not Path(index_dir).is_dir():
-        raise VtreproError(f"{index_dir}: no such index folder; build it with 'python -m vtrepro.index'")
-    if not is_lucene_index(index_dir):
-        raise VtreproError(f"{index_dir}: not a Lucene index (no segments_N file); build it with 'python -m vtrepro.index'")
-    return str(index_dir)
 
 
 def _search_all(searcher, queries: list, qids: list[str], k: int, threads: int, remove_query_id: bool,
@@ -147,6 +163,7 @@ def _search_all(searcher, queries: list, qids: list[str], k: int, threads: int, 
     timing = timing if timing is not None else SearchTiming()
     timing.threads, timing.queries, timing.latencies = threads, len(qids), []
     run: Run = {}
+    k = hits_per_query(k, searcher.get_total_num_docs(), len(qids))
     hits_wanted = k + int(remove_query_id)
     started = time.perf_counter()
     with Progress(len(qids), "search", "query") as progress:
@@ -226,23 +243,26 @@ def main(argv: list[str] | None = None) -> int:
                              "(kept when it already holds these vectors)")
     parser.add_argument("--queries", required=True, type=Path, help="encoded queries.jsonl ({id, vector})")
     parser.add_argument("--output", required=True, type=Path, help="TREC run file to write (replaced when complete)")
-    parser.add_argument("--k", type=positive_int, default=1000, help="hits per query (default 1000)")
+    add_k(parser)
     add_threads(parser, "search threads (results do not depend on it)")
     parser.add_argument("--keep-query-id", action="store_true", help="keep hits whose docid equals the query id")
     args = parser.parse_args(argv)
     if args.vectors is not None and args.engine != "pisa":
         raise VtreproError("--vectors builds a PISA index: use it with --engine pisa (build Lucene indexes with "
                            "'python -m vtrepro index')")
-    check_output_file(args.output)
+    vectors = None if args.vectors is None else vectors_folder(args.vectors)
+    check_output(args.output, [args.queries, args.index, vectors])
+    if vectors is not None:  # the PISA index built from them is an output too
+        check_output(args.index, [vectors, args.queries], kind="folder")
     queries = read_query_vectors(args.queries)
     if args.engine == "pisa":
         from vtrepro.search.pisa import ensure_pisa_index, search_pisa  # pyterrier_pisa: only for this engine
 
-        if args.vectors is not None:
-            ensure_pisa_index(vectors_folder(args.vectors), args.index)
+        if vectors is not None:
+            ensure_pisa_index(vectors, args.index)
         run = search_pisa(args.index, queries, args.k, args.threads, not args.keep_query_id)
     else:
-        run = search_impact(_checked_index(args.index), queries, args.k, args.threads, not args.keep_query_id)
+        run = search_impact(check_index_folder(args.index), queries, args.k, args.threads, not args.keep_query_id)
     write_trec_run(run, args.output)
     print(f"{sum(map(len, run.values()))} hits for {len(run)} queries -> {args.output}")
     return 0

@@ -35,7 +35,7 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import process_alive, write_json
 from vtrepro.core.progress import Progress
 from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files, read_vectors, vector_files
-from vtrepro.search.lucene import Run, SearchTiming
+from vtrepro.search.lucene import Run, SearchTiming, hits_per_query
 
 # pyterrier_pisa is imported where it is used, on purpose: it imports pyterrier, pandas and ir_datasets
 # (over a second), which `search --help` and Lucene searches do not need.
@@ -280,6 +280,7 @@ def search_pisa(
     vectors; ``timing`` as there (per query with one thread; all queries in one call with more)."""
     meta = _checked_pisa_index(index_dir)
     qids = list(queries)
+    k = hits_per_query(k, meta["documents"], len(qids))
     converted = _pisa_queries(queries, meta["max_impact"])
     context = _prepare(Path(index_dir))
     wanted = k + int(remove_query_id)

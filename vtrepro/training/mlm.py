@@ -33,10 +33,11 @@ from vtrepro.core.cli import (
     quiet_transformers,
 )
 from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import check_output
 from vtrepro.core.progress import Progress
-from vtrepro.core.schema import Field
+from vtrepro.core.schema import MAX_BATCH_SIZE, MAX_TEXT_TOKENS, Field
 from vtrepro.data.texts import dataset_or_file_texts
-from vtrepro.model.loading import load_masked_lm, resolve_model
+from vtrepro.model.loading import check_text_lengths, load_masked_lm, resolve_model, text_length_limit
 from vtrepro.training.data import permutation
 from vtrepro.training.schedule import SCHEDULES, lr_factor
 
@@ -60,9 +61,10 @@ MLM_OPTIONS = {
     "corpus": Field(str, None, nullable=True),
     "steps": Field(int, 1000, minimum=1, help="optimizer steps"),
     "mask_rate": Field(float, 0.15, above=0, maximum=1, help="share of tokens masked, in (0, 1]"),
-    "max_length": Field(int, 128, minimum=8, help="tokens per text, at least 8"),
+    "max_length": Field(int, 128, minimum=8, maximum=MAX_TEXT_TOKENS,
+                        help=f"tokens per text, 8 to {MAX_TEXT_TOKENS} and at most the model's positions"),
     "lr": Field(float, 5e-5, above=0, help="peak learning rate"),
-    "batch_size": Field(int, 32, minimum=1, help="texts per step"),
+    "batch_size": Field(int, 32, minimum=1, maximum=MAX_BATCH_SIZE, help=f"texts per step, 1 to {MAX_BATCH_SIZE}"),
     "warmup_steps": Field(int, 0, minimum=0, help="linear warm-up steps"),
     "precision": Field(str, "fp32", ("fp32", "bf16"), help="autocast precision"),
     "seed": Field(int, 0, minimum=0, help="seed of text order and masks"),
@@ -216,6 +218,7 @@ def run_mlm(
         raise VtreproError(f"corpus file {corpus} not found")
     if preset not in PRESETS or schedule not in SCHEDULES:
         raise VtreproError(f"--preset must be one of {', '.join(PRESETS)} and --schedule one of {', '.join(SCHEDULES)}")
+    check_text_lengths({"max length": max_length}, text_length_limit(model, model_dir), model)
     authors = preset == "authors"
     new_ids = new_token_ids(model, model_dir) if authors else None
     check_out(out)
@@ -251,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    check_output(args.out, [resolve_model(args.model, args.model_dir), args.dataset, args.corpus], kind="folder")
     report = run_mlm(args.model, args.out, data_dir=args.data_dir, max_texts=args.max_texts, model_dir=args.model_dir,
                      trust_remote_code=args.trust_remote_code, **options_from(args, MLM_OPTIONS))
     print(f"{args.out}: {report['steps']} steps on {report['texts']} texts, loss {report['loss_first_10_percent']} -> "

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from vtrepro.model.loading import resolve_model
+from vtrepro.model.loading import check_text_lengths, position_limit, resolve_model, text_length_limit
 from vtrepro.training.inputs import availability, required_inputs
 from vtrepro.training.recipe import Recipe
 from vtrepro.training.run_folder import stage_dir
@@ -43,6 +43,20 @@ def _architecture(name: str, model_dir) -> Any | None:
         model_type, sizes = KNOWN_ARCHITECTURES[name]
         return AutoConfig.for_model(model_type, **sizes)
     return None
+
+
+def check_recipe_lengths(recipe: Recipe, model_dir) -> None:
+    """Refuse a recipe whose tokens per text (training's, its mlm and calibrate stages') exceed what its model
+    takes: from the model's local files, else from its known architecture (:data:`KNOWN_ARCHITECTURES`);
+    nothing is refused for a model known neither way (the schema's bound holds)."""
+    limit = text_length_limit(recipe.model, model_dir)
+    config = _architecture(recipe.model, model_dir) if limit is None else None
+    if config is not None:
+        limit = position_limit(config.to_dict())
+    lengths = {f"training.{key}": recipe.training[key] for key in ("max_length_query", "max_length_doc")}
+    lengths |= {f"stages[{index}].{stage.name}.max_length": stage.options["max_length"]
+                for index, stage in enumerate(recipe.stages) if "max_length" in stage.options}
+    check_text_lengths(lengths, limit, recipe.model, f"{recipe.path}: ")
 
 
 def flops_per_token(config: Any) -> tuple[float, int]:

@@ -14,10 +14,13 @@ from typing import Any
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.schema import Checker, Field, read_mapping_file
+from vtrepro.core.schema import MAX_BATCH_SIZE, MAX_TEXT_TOKENS, Checker, Field, read_mapping_file
+from vtrepro.search.lucene import MAX_K
 from vtrepro.training.stages import STAGE_OPTIONS, Stage, read_stage
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "regressions" / "recipes"
+MAX_NEGATIVES = 255
+"""Most hard negatives per query: a batch encodes batch_size x (1 + negatives) documents at once."""
 
 
 _TOP = {
@@ -27,12 +30,12 @@ _TOP = {
     "training": Field("mapping"),
 }
 _DATA_COMMON = {
-    "format": Field(str, choices=("beir", "triples", "msmarco")), "negatives": Field(int, 1, minimum=0),
+    "format": Field(str, choices=("beir", "triples", "msmarco")), "negatives": Field(int, 1, minimum=0, maximum=MAX_NEGATIVES),
     "teacher": Field(str, None, nullable=True),
 }
 _DATA_FORMATS = {
     "beir": {"dataset": Field(str), "split": Field(str, "train"), "min_relevance": Field(int, 1, minimum=1),
-             "mining": Field(str, "bm25", ("bm25", "none")), "depth": Field(int, 100, minimum=1)},
+             "mining": Field(str, "bm25", ("bm25", "none")), "depth": Field(int, 100, minimum=1, maximum=MAX_K)},
     "triples": {"path": Field(str)},
     "msmarco": {"hard_negatives": Field(str), "collection": Field(str), "queries": Field(str),
                 "systems": Field("str_list", None, nullable=True),
@@ -46,10 +49,12 @@ _LOSS = {
     "doc_active_threshold": Field(int, None, minimum=0, nullable=True),
 }
 _TRAINING = {
-    "steps": Field(int, minimum=1), "batch_size": Field(int, 32, minimum=1), "lr": Field(float, 2e-5, above=0),
+    "steps": Field(int, minimum=1), "batch_size": Field(int, 32, minimum=1, maximum=MAX_BATCH_SIZE),
+    "lr": Field(float, 2e-5, above=0),
     "lr_warmup_steps": Field(int, 0, minimum=0), "schedule": Field(str, "linear", ("linear", "constant")),
     "weight_decay": Field(float, 0.01, minimum=0), "max_grad_norm": Field(float, 1.0, above=0, nullable=True),
-    "max_length_query": Field(int, 32, minimum=1), "max_length_doc": Field(int, 256, minimum=1),
+    "max_length_query": Field(int, 32, minimum=1, maximum=MAX_TEXT_TOKENS),
+    "max_length_doc": Field(int, 256, minimum=1, maximum=MAX_TEXT_TOKENS),
     "dropout": Field(float, None, minimum=0, maximum=1, nullable=True),
     "precision": Field(str, "fp32", ("fp32", "bf16")), "save_every": Field(int, 500, minimum=1),
     "keep_checkpoints": Field(int, 2, minimum=1), "seed": Field(int, 42, minimum=0),
@@ -132,7 +137,7 @@ def _check_consistency(check: Checker, document: CommentedMap, recipe: Recipe) -
     if recipe.loss["ranking"] in ("margin_mse", "kl"):
         if recipe.data["teacher"] is None:
             raise check.fail(loss, "ranking", f"loss.ranking {recipe.loss['ranking']} needs teacher scores: "
-                                               "set data.teacher (JSONL {qid, docid, score} or a pickled dict)")
+                                               "set data.teacher (JSONL {qid, docid, score})")
         if recipe.data["negatives"] < 1:
             raise check.fail(data, "negatives", f"loss.ranking {recipe.loss['ranking']} needs data.negatives >= 1")
     if recipe.data["format"] == "triples":

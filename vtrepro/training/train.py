@@ -5,7 +5,7 @@ pipeline stages (vocabulary transfer, MLM adaptation, calibration), then trains,
 ``runs/train/<recipe name>/``::
 
     01-transfer/ 02-mlm/ ...         finished pipeline stages (HF folders), skipped on a rerun
-    checkpoint-000500/              HF folder + trainer_state.pt (optimizer, scheduler, step, RNG states, CPU threads)
+    checkpoint-000500/              HF folder + trainer_state.json/.safetensors (optimizer, scheduler, step, RNG, threads)
     final/                          the trained model (HF folder, idf.json for inference-free models)
     train_log.jsonl, curves.png     per-step loss, FLOPS, active terms, learning rate
     data/                           mined BM25 negatives, IDF table
@@ -25,10 +25,20 @@ from pathlib import Path
 
 import torch
 
-from vtrepro.core.cli import add_data_dir, add_model_dir, cli_entry, command_parser, positive_float
+from vtrepro.core.cli import (
+    add_data_dir,
+    add_model_dir,
+    add_trust_remote_code,
+    cli_entry,
+    command_parser,
+    grant_remote_code,
+    positive_float,
+)
+from vtrepro.core.io import check_output
+from vtrepro.model.loading import resolve_model
 from vtrepro.training.distributed import Processes
-from vtrepro.training.inputs import check_inputs
-from vtrepro.training.plan import DEFAULT_GPU_TFLOPS, describe_plan
+from vtrepro.training.inputs import check_inputs, required_inputs
+from vtrepro.training.plan import DEFAULT_GPU_TFLOPS, check_recipe_lengths, describe_plan
 from vtrepro.training.recipe import Recipe, load_recipe
 from vtrepro.training.run_folder import FAILED_NAME, PREPARED_NAME, stage_dir
 from vtrepro.training.stages import run_stage
@@ -81,9 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="validate the recipe, print the plan and cost, run nothing")
     parser.add_argument("--gpu-tflops", type=positive_float, default=DEFAULT_GPU_TFLOPS,
                         help="sustained TFLOP/s assumed by the --dry-run cost estimate (default: %(default)s)")
+    add_trust_remote_code(parser)
     args = parser.parse_args(argv)
     recipe = load_recipe(args.config)
+    grant_remote_code(recipe.path, ["the recipe"] if recipe.trust_remote_code else [], args.trust_remote_code)
+    check_recipe_lengths(recipe, args.model_dir)
     output = args.output or Path("runs") / "train" / recipe.name
+    inputs = [resolve_model(value, args.model_dir) if kind == "model" else value
+              for _, kind, value in required_inputs(recipe, output)]
+    check_output(output, [recipe.path, *inputs], kind="folder")
     if args.dry_run:
         print(describe_plan(recipe, output, args.data_dir, args.model_dir, args.gpu_tflops))
         return 0

@@ -26,9 +26,11 @@ from vtrepro.core.cli import (
     options_from,
 )
 from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import check_output
 from vtrepro.core.progress import Progress
-from vtrepro.core.schema import Field
+from vtrepro.core.schema import MAX_BATCH_SIZE, MAX_TEXT_TOKENS, Field
 from vtrepro.data.texts import corpus_texts, dataset_or_file_texts
+from vtrepro.model.loading import check_text_lengths, resolve_model, text_length_limit
 
 # torch and the encoder (transformers) are imported where they are used, on purpose: `--help` and
 # argument errors stay fast.
@@ -42,6 +44,13 @@ REPORT_NAME = "calibration_report.json"
 DEFAULT_CUT_PERCENT = 60.0
 DEFAULT_DOCS = 20_000
 DEFAULT_MAX_SAMPLE = 10_000
+MAX_SAMPLE = 50_000
+"""Most documents encoded: their float16 max-pooled logits take sample x vocabulary x 2 bytes (3 GB at 30,522 terms)."""
+MAX_DOCS = 10_000_000
+"""Most documents read (their texts are held in memory): MS MARCO's 8.8 million passages fit."""
+MAX_VOCABULARY = 1_000_000
+"""Most target terms a spec or recipe may ask before the model is read (the largest vocabularies hold 262,144
+tokens); once it is, at most its vocabulary."""
 ENCODE_BATCH = 256
 ROW_CHUNK = 256
 FLOAT16_PATTERNS = 1 << 16
@@ -56,15 +65,20 @@ CALIBRATE_OPTIONS = {
                          "sampled percentile); vtrepro: exact quantile over non-special terms"),
     "dataset": Field(str, None, nullable=True),
     "corpus": Field(str, None, nullable=True),
-    "docs": Field(int, DEFAULT_DOCS, minimum=1, help="calibrate on the first N documents"),
+    "docs": Field(int, DEFAULT_DOCS, minimum=1, maximum=MAX_DOCS,
+                  help=f"calibrate on the first N documents, at most {MAX_DOCS:,}"),
     "cut_percent": Field(float, None, above=0, below=100, nullable=True,
                          help=f"share of document x term entries pushed to <= 0, between 0 and 100 "
                               f"(default: {DEFAULT_CUT_PERCENT:g})"),
-    "target_terms": Field(float, None, above=0, nullable=True, help="mean active terms per document to reach"),
-    "max_length": Field(int, 512, minimum=1, help="document max length in tokens"),
-    "max_sample": Field(int, DEFAULT_MAX_SAMPLE, minimum=1,
-                        help="documents encoded at most (a seeded sample; float16 logits, 10,000 x 30k ~ 0.6 GB)"),
-    "batch_size": Field(int, 32, minimum=1, help="texts per forward pass"),
+    "target_terms": Field(float, None, above=0, maximum=MAX_VOCABULARY, nullable=True,
+                          help="mean active terms per document to reach, at most the model's vocabulary (its "
+                               "non-special tokens)"),
+    "max_length": Field(int, 512, minimum=1, maximum=MAX_TEXT_TOKENS,
+                        help=f"document max length in tokens, at most {MAX_TEXT_TOKENS} and the model's positions"),
+    "max_sample": Field(int, DEFAULT_MAX_SAMPLE, minimum=1, maximum=MAX_SAMPLE,
+                        help=f"documents encoded at most, up to {MAX_SAMPLE:,} (a seeded sample; float16 logits, "
+                             "10,000 x 30k ~ 0.6 GB)"),
+    "batch_size": Field(int, 32, minimum=1, maximum=MAX_BATCH_SIZE, help=f"texts per forward pass, 1 to {MAX_BATCH_SIZE}"),
     "seed": Field(int, 0, minimum=0, help="seed of the document sample"),
 }
 """What a calibration takes, in a spec's ``calibrate:`` block, a recipe's calibrate stage and on the
@@ -230,8 +244,8 @@ def calibrate_bias(
         raise VtreproError(f"--target-terms must be > 0, got {target_terms}")
     if not texts:
         raise VtreproError("no documents to calibrate on")
-    if max_sample < 1:
-        raise VtreproError(f"--max-sample must be >= 1, got {max_sample}")
+    if not 1 <= max_sample <= MAX_SAMPLE:
+        raise VtreproError(f"--max-sample must be in [1, {MAX_SAMPLE}], got {max_sample}")
     if preset not in PRESETS:
         raise VtreproError(f"unknown --preset '{preset}'; choose one of {', '.join(PRESETS)}")
     if preset == "authors" and cut_percent is None:
@@ -239,6 +253,10 @@ def calibrate_bias(
     started = time.perf_counter()
     encoder = encoder_or_model if isinstance(encoder_or_model, SpladeEncoder) else SpladeEncoder(
         encoder_or_model, max_length_doc=max_length)
+    terms = len(term_ids(encoder))
+    if target_terms is not None and target_terms > terms:
+        raise VtreproError(f"--target-terms {target_terms:g} is more than the {terms} terms of the model's vocabulary "
+                           f"(its non-special tokens), which no document can reach; use at most {terms}")
     cut = cast(float, cut_percent)  # the cut when target_terms is None (exactly one is given, checked above)
     if preset == "authors":  # the logits the sampling read serve the report too: each document is encoded once
         threshold, logits = sampled_percentile(encoder, texts, cut, **AUTHORS_SAMPLING)
@@ -301,10 +319,11 @@ def run_calibration(
 
     if (dataset is None) == (corpus is None):
         raise VtreproError("give exactly one of --dataset and --corpus")
-    if docs < 1:
-        raise VtreproError(f"--docs must be >= 1, got {docs}")
+    if not 1 <= docs <= MAX_DOCS:
+        raise VtreproError(f"--docs must be in [1, {MAX_DOCS}], got {docs}")
     if cut_percent is None and target_terms is None:
         cut_percent = DEFAULT_CUT_PERCENT
+    check_text_lengths({"max length": max_length}, text_length_limit(model, model_dir), model)
     check_out(out)
     source = str(corpus) if corpus is not None else str(dataset)
     texts = list(itertools.islice(dataset_or_file_texts(source, data_dir, titles=preset != "authors"), docs))
@@ -332,6 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    check_output(args.out, [resolve_model(args.model, args.model_dir), args.dataset, args.corpus, args.queries],
+                 kind="folder")
     report = run_calibration(args.model, args.out, data_dir=args.data_dir, queries=args.queries, model_dir=args.model_dir,
                              **options_from(args, CALIBRATE_OPTIONS))
     before, after = report["before"], report["after"]

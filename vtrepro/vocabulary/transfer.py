@@ -37,6 +37,7 @@ from vtrepro.core.cli import (
     positive_int,
 )
 from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import check_output
 from vtrepro.core.progress import Progress
 from vtrepro.core.schema import Field
 from vtrepro.model.loading import load_masked_lm, resolve_model
@@ -46,7 +47,7 @@ from vtrepro.vocabulary.leaveout import make_leaveout_source
 from vtrepro.vocabulary.matching import VocabularyMatch, match_vocabularies, special_ids, special_roles
 from vtrepro.vocabulary.presets import BIAS_STATISTICS, MATCHINGS, PRESETS, set_authors_config_ids, transfer_choices
 from vtrepro.vocabulary.tables import install_vocabulary, known_rows, vocabulary_tables
-from vtrepro.vocabulary.target import load_reference, load_tokenizer
+from vtrepro.vocabulary.target import find_reference, load_reference, load_tokenizer
 from vtrepro.vocabulary.topology import DEFAULT_CHUNK_SIZE
 
 # torch, transformers and tokenizers are imported where they are used, on purpose: `--help`, argument
@@ -281,14 +282,16 @@ def run_transfer(
     """
     _check_options(init, temperature, similarity, chunk_size, preset, matching, bias_statistics)
     check_out(out)
+    target = load_tokenizer(target_tokenizer, model_dir)
+    if reference is None and not Path(str(target_tokenizer)).is_file():
+        reference = target_tokenizer
+    if reference is not None:
+        find_reference(reference, model_dir)  # cheap: a reference that cannot load fails before the source loads
     held_out: list[str] = []
     if leaveout is None:
         model, source_tokenizer = load_masked_lm(source, model_dir)
     else:
         model, source_tokenizer, held_out = make_leaveout_source(resolve_model(source, model_dir), **leaveout)
-    target = load_tokenizer(target_tokenizer, model_dir)
-    if reference is None and not Path(str(target_tokenizer)).is_file():
-        reference = target_tokenizer
     embeddings, bias = load_reference(reference, target, model_dir) if reference is not None else (None, None)
     model, report = transfer_vocabulary(model, source_tokenizer, target, embeddings, bias, init, temperature,
                                         similarity, target_norm, seed, chunk_size, preset, matching, keep_norm,
@@ -322,6 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    models = (args.model, args.target_tokenizer, args.reference)
+    check_output(args.out, [resolve_model(name, args.model_dir) for name in models if name], kind="folder")
     args.leaveout = None if args.leaveout is None else {"fraction": args.leaveout, "seed": args.leaveout_seed}
     report = run_transfer(args.model, out=args.out, chunk_size=args.chunk_size, model_dir=args.model_dir,
                           **options_from(args, TRANSFER_OPTIONS))
