@@ -121,6 +121,22 @@ def add_output_folder(parser: argparse.ArgumentParser) -> None:
                         help="output folder (must not exist or be empty; --out is the old spelling)")
 
 
+def add_trust_remote_code(parser: argparse._ActionsContainer) -> None:
+    """``--trust-remote-code``: the person at the keyboard allows models to run the Python code they ship."""
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="let models run the Python code they ship where the spec or recipe asks for it "
+                             "(trust_remote_code: true); a file alone never grants it")
+
+
+def grant_remote_code(path: str | Path, askers: Sequence[str], granted: bool) -> None:
+    """Refuse, before any work, a spec or recipe (``path``) whose ``askers`` set ``trust_remote_code: true``
+    unless ``--trust-remote-code`` was given: a file from someone else must not make vtrepro run code."""
+    if askers and not granted:
+        raise VtreproError(
+            f"{path}: {', '.join(askers)} set trust_remote_code: true, which runs Python code shipped with the "
+            "model; a spec or recipe cannot grant that: rerun with --trust-remote-code if you trust those models")
+
+
 def add_checkpoint_arguments(parser: argparse.ArgumentParser, model: str, texts: str | None = None,
                              old_model_spelling: str | None = None) -> None:
     """What every command from one checkpoint to another takes: ``--model``, the ``texts`` it reads
