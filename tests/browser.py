@@ -118,6 +118,7 @@ class Rendering:
     external_requests: list[str] = field(default_factory=list)  # anything but file:/data:/blob:, blocked
     images: list[Image] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
+    probe: Any = None  # what the caller's ``probe`` script returned, after the page settled
 
     @property
     def broken_images(self) -> list[Image]:
@@ -169,8 +170,9 @@ class Browser:
     def version(self) -> str:
         return self._browser.version
 
-    def render(self, html: Path, screenshot: Path) -> Rendering:
-        """Open ``html`` from disk, wait for it and its images, write a full-page PNG to ``screenshot``."""
+    def render(self, html: Path, screenshot: Path, probe: str | None = None) -> Rendering:
+        """Open ``html`` from disk, wait for it and its images, write a full-page PNG to ``screenshot``;
+        ``probe``, a JavaScript function, then runs in the page and its result is kept."""
         html = Path(html).resolve()
         if not html.is_file():
             raise FileNotFoundError(html)
@@ -210,6 +212,7 @@ class Browser:
             page.on("response", on_response)
             page.goto(html.as_uri(), wait_until="load")
             found = page.evaluate(_INSPECT_JS, self.timeout_ms)
+            probed = page.evaluate(probe) if probe else None
             page.screenshot(path=str(screenshot), full_page=True, animations="disabled")
         finally:
             context.close()
@@ -224,6 +227,7 @@ class Browser:
                 for i in found["images"]
             ],
             tables=[Table(int(t["rows"]), float(t["width"]), float(t["height"])) for t in found["tables"]],
+            probe=probed,
         )
 
     def close(self) -> None:

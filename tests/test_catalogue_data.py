@@ -24,6 +24,8 @@ from vtrepro.evaluate.trec import main as evaluate_main
 from vtrepro.regress.runner import main as regress_main
 from vtrepro.regress.spec import load_spec
 
+pytestmark = pytest.mark.slow  # the hostile-input catalogue (docs/security.md): the full suite runs it
+
 # q1 judges d1 and d2, q2 judges d3; the run ranks d2, an unjudged d9, then d1 for q1.
 RUN = "q1 Q0 d2 1 3.0 t\nq1 Q0 d9 2 2.0 t\nq1 Q0 d1 3 1.0 t\nq2 Q0 d3 1 1.0 t\n"
 JUDGMENTS = "q1\td1\t1\nq1\td2\t1\nq2\td3\t1\n"

@@ -26,6 +26,8 @@ from vtrepro.index.lucene import build_impact_index, index_stats
 from vtrepro.index.lucene import main as index_main
 from vtrepro.search.lucene import main as search_main
 
+pytestmark = pytest.mark.slow  # the hostile-input catalogue (docs/security.md): the full suite runs it
+
 THREE = [{"id": f"d{i}", "contents": "", "vector": {"paris": i + 1, "france": 2}} for i in range(3)]
 FOUR_HUNDRED = [{"id": f"d{i}", "contents": "", "vector": {f"t{(i * 7 + j) % 997}": j + 1 for j in range(20)}}
                 for i in range(400)]

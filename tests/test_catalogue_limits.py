@@ -28,6 +28,8 @@ from vtrepro.regress.spec import REGRESSIONS_DIR, load_spec
 from vtrepro.search.lucene import MAX_RUN_HITS, hits_per_query
 from vtrepro.search.lucene import main as search_main
 
+pytestmark = pytest.mark.slow  # the hostile-input catalogue (docs/security.md): the full suite runs it
+
 ADDRESS_SPACE = 2 * 1024**3
 CPU_SECONDS = 10.0
 """CPU time allowed to a refused command in a fresh process: 1.5 s here, mostly imports (the alias bomb took

@@ -43,6 +43,8 @@ from vtrepro.training.train import main as train_main
 from vtrepro.vocabulary.calibrate import main as calibrate_main
 from vtrepro.vocabulary.transfer import main as transfer_main
 
+pytestmark = pytest.mark.slow  # the hostile-input catalogue (docs/security.md): the full suite runs it
+
 GOOD_VECTORS = [{"id": f"d{i}", "contents": "", "vector": {"paris": i + 1, "france": 2}} for i in range(3)]
 
 

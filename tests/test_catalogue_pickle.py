@@ -30,6 +30,8 @@ from vtrepro.training.recipe import load_recipe
 from vtrepro.training.run_folder import PICKLED_STATE_NAME, STATE_NAME
 from vtrepro.training.trainer import Trainer
 
+pytestmark = pytest.mark.slow  # the hostile-input catalogue (docs/security.md): the full suite runs it
+
 PICKLE_NAMES = ("pytorch_model.bin", "trainer_state.pt", "optimizer.pt", "training_args.bin", "rng_state.pth",
                 "scheduler.pt", "model.pt", "model.pkl", "model.ckpt")
 """Every name a model or checkpoint loader might open: transformers' and torch's pickle formats."""

@@ -17,9 +17,11 @@ from vtrepro.report.results import (
     STATUS_OKISH,
     STATUS_SKIPPED,
     STATUS_UNPINNED,
+    TIER_ENCODED,
+    TIER_FIXED,
+    TIER_MACHINE,
+    TIER_PUBLISHED,
 )
-
-TIER_FIXED, TIER_ENCODED, TIER_PUBLISHED, TIER_MACHINE = "fixed", "encoded", "published", "machine"
 
 
 @dataclass

@@ -3,19 +3,28 @@ record, and the comparison report of the run (:mod:`vtrepro.report`)."""
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import json
+import math
 import platform
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
-from vtrepro.core.io import atomic_write, write_json
+from vtrepro.core.io import read_jsonl
 from vtrepro.regress.compare import ResultRow
 from vtrepro.regress.spec import Spec
 from vtrepro.report.command import published_systems
-from vtrepro.report.render import build_report, figure_text, write_report_files
-from vtrepro.report.results import RESULTS_NAME, STATUS_MEASURED, load_results
-from vtrepro.report.tables import measured_figures
+from vtrepro.report.render import build_report, figure_text, hold_interrupts, report_files, write_files
+from vtrepro.report.results import (
+    CALIBRATION_FIGURES,
+    MAX_LOSS_POINTS,
+    RESULTS_NAME,
+    STATUS_MEASURED,
+    check_results,
+)
+from vtrepro.report.tables import DEFAULT_METRIC, measured_figures, score_metrics
 from vtrepro.training.run_folder import LOG_NAME
 from vtrepro.vocabulary.calibrate import REPORT_NAME as CALIBRATION_REPORT
 
@@ -106,9 +115,22 @@ def environment() -> dict[str, str]:
             **versions}
 
 
-def condition_records(spec: Spec, out_dir: Path, train_root: Path) -> dict[str, dict[str, str | None]]:
-    """What the report needs to know of each condition: its published counterpart, and the training log
-    and calibration report of its model where it has them."""
+def _calibration(report: Path) -> dict[str, dict[str, float]]:
+    """APC's active terms per document before and after, from a calibration report."""
+    data = json.loads(report.read_text(encoding="utf-8"))
+    return {moment: {figure: data[moment][figure] for figure in CALIBRATION_FIGURES} for moment in ("before", "after")}
+
+
+def _training_loss(log: Path) -> list[list[float]]:
+    """[step, loss] of a training log, at most :data:`MAX_LOSS_POINTS` evenly spaced, finite losses only."""
+    records = [record for _, record in read_jsonl(log)]
+    every = max(1, math.ceil(len(records) / MAX_LOSS_POINTS))
+    return [[record["step"], record["loss"]] for record in records[::every] if math.isfinite(record["loss"])]
+
+
+def condition_records(spec: Spec, out_dir: Path, train_root: Path) -> dict[str, dict[str, Any]]:
+    """What the report needs to know of each condition: its published counterpart, and APC's effect and the
+    training loss of its model where it has them, copied in: a results file names no other file."""
     records = {}
     for condition in spec.conditions:
         work = train_root / Path(condition.train).stem if condition.train else out_dir / condition.name
@@ -116,8 +138,8 @@ def condition_records(spec: Spec, out_dir: Path, train_root: Path) -> dict[str, 
         log = work / LOG_NAME
         records[condition.name] = {
             "published": condition.published.key if condition.published else None,
-            "calibration_report": str(calibrations[-1]) if calibrations else None,
-            "training_log": str(log) if log.is_file() else None,
+            "calibration": _calibration(calibrations[-1]) if calibrations else None,
+            "training_loss": _training_loss(log) if log.is_file() else None,
         }
     return records
 
@@ -125,16 +147,23 @@ def condition_records(spec: Spec, out_dir: Path, train_root: Path) -> dict[str, 
 def write_report(spec: Spec, rows: list[ResultRow], timings: dict[str, float], out_dir: Path, argv: list[str],
                  distributions: dict[str, dict[str, list[float]]], interrupted: bool = False,
                  train_root: Path = Path("runs/train")) -> None:
-    """``results.json`` and ``results.csv``, then the comparison report of this run alone (``report.md``,
-    ``report.html``, ``table.csv``), each replaced only once completely written; ``interrupted`` marks
-    a run stopped before every selected run finished."""
-    write_json(out_dir / RESULTS_NAME, {
-        "spec": str(spec.path), "description": spec.description, "command": argv, "environment": environment(),
-        "timings_seconds": timings, "interrupted": interrupted,
-        "conditions": condition_records(spec, out_dir, train_root), "rows": [asdict(row) for row in rows],
-        "distributions": distributions,
-    })
-    with atomic_write(out_dir / "results.csv") as handle:
-        results_frame(rows).to_csv(handle, index=False)
-    results = load_results(out_dir)
-    write_report_files(build_report([results], published_systems([results], [])), out_dir)
+    """``results.json`` and ``results.csv`` with the comparison report of this run alone (``report.md``,
+    ``report.html``, ``table.csv``, figures): made in memory, checked by the report's own reader, then
+    replaced together (:func:`vtrepro.report.render.write_files`, ``results.json`` last), so a failure
+    leaves the previous set whole. Ctrl-C is held back until the new set is written (seconds; an interrupt
+    inside the imports of torch or matplotlib would break them), then raised. ``interrupted`` marks a
+    run stopped before every selected run finished."""
+    with hold_interrupts():
+        document = {
+            "spec": str(spec.path), "description": spec.description, "command": argv, "environment": environment(),
+            "timings_seconds": timings, "interrupted": interrupted,
+            "conditions": condition_records(spec, out_dir, train_root), "rows": [asdict(row) for row in rows],
+            "distributions": distributions,
+        }
+        results = check_results(document, out_dir, out_dir / RESULTS_NAME)
+        metrics = score_metrics([results])
+        metric = DEFAULT_METRIC if DEFAULT_METRIC in metrics or not metrics else metrics[0]
+        files = report_files(build_report([results], published_systems([results], []), metric))
+        files["results.csv"] = results_frame(rows).to_csv(index=False).encode("utf-8")
+        files[RESULTS_NAME] = (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        write_files(out_dir, files)

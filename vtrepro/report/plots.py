@@ -2,21 +2,41 @@
 cost, terms per document, retention against the baseline, and APC's effect on active terms."""
 from __future__ import annotations
 
+import contextlib
 import io
-import json
-from pathlib import Path
-from typing import TYPE_CHECKING
+import math
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 import pandas as pd
 
-from vtrepro.report.tables import AVERAGE, STATED_AVERAGE, Matrix, System
+from vtrepro.report.results import CALIBRATION_FIGURES
+from vtrepro.report.tables import AVERAGE, STATED_AVERAGE, Matrix, System, scores
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 # matplotlib is imported when a figure is drawn, on purpose: `--help` and table-only reports stay fast.
+
+MAX_FIGURE_INCHES = 100.0
+"""The widest figure drawn (9,000 pixels at the report's 90 dpi): a results folder's size never scales memory past it."""
+LEGEND_ROWS = 40
+"""Legend entries per column: a legend of many runs grows in columns."""
+MAX_LEGEND_ENTRIES = 200
+"""A figure of more runs than this draws no legend (it would be unreadable, and as large as the figure)."""
+LEGEND_LABEL_CHARS = 60
+"""Legend labels are cut to this many characters (names may have 200)."""
+
+
+@contextlib.contextmanager
+def drawing() -> Iterator[None]:
+    """Draw the figures inside: every label (a condition, dataset or metric name from a results folder) is
+    shown as written; a '$' in it never starts matplotlib's TeX parser, which fails on what it cannot parse."""
+    import matplotlib
+
+    with matplotlib.rc_context({"text.parse_math": False}):
+        yield
 
 
 def _figure(width: float, height: float) -> tuple[Figure, Axes]:
@@ -25,7 +45,17 @@ def _figure(width: float, height: float) -> tuple[Figure, Axes]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt.subplots(figsize=(width, height))
+    return plt.subplots(figsize=(min(width, MAX_FIGURE_INCHES), height))
+
+
+def _legend(axis: Axes, **options: Any) -> None:
+    """The axis's legend, in as many columns of at most :data:`LEGEND_ROWS` entries as it needs, labels cut
+    to :data:`LEGEND_LABEL_CHARS`; none beyond :data:`MAX_LEGEND_ENTRIES` entries."""
+    handles, labels = axis.get_legend_handles_labels()
+    if len(labels) > MAX_LEGEND_ENTRIES:
+        return
+    shown = [label if len(label) <= LEGEND_LABEL_CHARS else label[:LEGEND_LABEL_CHARS - 1] + "…" for label in labels]
+    axis.legend(handles, shown, ncol=max(1, math.ceil(len(labels) / LEGEND_ROWS)), **options)
 
 
 def _png(figure: Figure) -> bytes:
@@ -55,7 +85,7 @@ def scores_chart(matrix: Matrix) -> bytes | None:
     axis.set_xticks(positions, list(table.index), rotation=30, ha="right")
     axis.set_ylabel(matrix.metric)
     axis.set_title(f"{matrix.metric} per dataset: observed (bars) and published (markers)")
-    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    _legend(axis, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     return _png(figure)
 
 
@@ -67,14 +97,11 @@ def cost_chart(systems: list[System], metric: str, efficiency: pd.DataFrame) -> 
     drawn = False
     for system in systems:
         rows = efficiency[(efficiency["system"] == system.label) & efficiency["flops"].notna()]
-        observed = system.results.rows
+        observed = scores(system, metric)
         for row in rows.itertuples():
-            score = observed[(observed["condition"] == system.condition) & (observed["dataset"] == row.dataset)
-                             & (observed["kind"] == "score") & (observed["metric"] == metric)]["observed"]
-            if score.empty:
-                continue
-            axis.scatter(float(row.flops), float(score.iloc[0]), label=f"{system.label} / {row.dataset}")
-            drawn = True
+            if row.dataset in observed:
+                axis.scatter(float(row.flops), observed[row.dataset], label=f"{system.label} / {row.dataset}")
+                drawn = True
     axis.set_xscale("log")
     return _finished(figure, axis, drawn, "FLOPS (expected shared terms per query-document pair)", metric,
                      f"{metric} against search cost")
@@ -112,20 +139,19 @@ def retention_chart(matrix: Matrix, baseline: str) -> bytes | None:
     axis.set_xticks(positions, list(table.index), rotation=30, ha="right")
     axis.set_ylabel(f"% of {baseline}'s {matrix.metric}")
     axis.set_title(f"Retention of {baseline}'s {matrix.metric}")
-    axis.legend(fontsize=8)
+    _legend(axis, fontsize=8)
     return _png(figure)
 
 
-def calibration_chart(reports: dict[str, Path]) -> bytes | None:
+def calibration_chart(reports: dict[str, dict[str, dict[str, float]]]) -> bytes | None:
     """APC's effect per calibrated system: active terms per document (mean, median, p90) before and after."""
     if not reports:
         return None
     figure, axis = _figure(max(6.0, 2.2 * len(reports) + 2), 4.2)
-    statistics = ("active_mean", "active_p50", "active_p90")
     positions = np.arange(len(reports))
     for index, (moment, shade) in enumerate((("before", 0.45), ("after", 1.0))):
-        for offset, statistic in enumerate(statistics):
-            values = [json.loads(path.read_text())[moment][statistic] for path in reports.values()]
+        for offset, statistic in enumerate(CALIBRATION_FIGURES):
+            values = [report[moment][statistic] for report in reports.values()]
             axis.bar(positions + (index * 3 + offset - 2.5) * 0.13, values, 0.13, alpha=shade,
                      color=f"C{offset}", label=f"{statistic.replace('active_', '')} {moment}")
     axis.set_xticks(positions, list(reports))
@@ -136,14 +162,13 @@ def calibration_chart(reports: dict[str, Path]) -> bytes | None:
     return _png(figure)
 
 
-def training_chart(logs: dict[str, Path]) -> bytes | None:
-    """Training loss per step of every system trained by a recipe (its ``train_log.jsonl``)."""
-    if not logs:
+def training_chart(curves: dict[str, list[tuple[int, float]]]) -> bytes | None:
+    """Training loss per step of every system trained by a recipe (from its ``train_log.jsonl``)."""
+    if not curves:
         return None
     figure, axis = _figure(6.5, 4.2)
-    for label, path in logs.items():
-        records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        axis.plot([record["step"] for record in records], [record["loss"] for record in records], label=label)
+    for label, points in curves.items():
+        axis.plot([step for step, _ in points], [loss for _, loss in points], label=label)
     return _finished(figure, axis, True, "step", "loss", "Training loss")
 
 
@@ -157,5 +182,5 @@ def _finished(figure: Figure, axis: Axes, drawn: bool, xlabel: str, ylabel: str,
     axis.set_xlabel(xlabel)
     axis.set_ylabel(ylabel)
     axis.set_title(title)
-    axis.legend(fontsize=8)
+    _legend(axis, fontsize=8)
     return _png(figure)

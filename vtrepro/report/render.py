@@ -1,21 +1,35 @@
 """Write the comparison report: ``report.md`` (figures linked), ``report.html`` (self-contained: inline
-CSS, figures embedded) and ``table.csv`` (the BEIR matrix), each replaced only once completely written."""
+CSS, figures embedded, no script) and ``table.csv`` (the BEIR matrix), replaced together only once all
+are completely written.
+
+Every text in a report may come from a stranger's results folder, so every value goes out through one
+escape per format: :func:`_text` and :func:`_attribute` in HTML (``&<>"'`` escaped in text and in
+attributes; CSS classes only from a fixed list), :func:`_markdown` and :func:`_markdown_code` in
+markdown (no HTML, link, image or table-cell break survives), :func:`_csv_cell` in CSV (a text that a
+spreadsheet would run as a formula starts with ``'``).
+"""
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
 import math
+import re
+import signal
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import pandas as pd
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import atomic_write
+from vtrepro.core.io import atomic_write, check_output
 from vtrepro.report import plots
 from vtrepro.report.published import PublishedSystem
-from vtrepro.report.results import NOT_OK, STATUS_OKISH, Results
+from vtrepro.report.results import NOT_OK, STATUS_OKISH, STATUSES, Results
 from vtrepro.report.tables import (
+    DEFAULT_METRIC,
     SIGNIFICANCE_LEVEL,
     Matrix,
     System,
@@ -26,6 +40,8 @@ from vtrepro.report.tables import (
 )
 
 FIGURES_DIRNAME = "figures"
+FIGURE_NAMES = ("scores", "retention", "cost", "terms", "calibration", "training")
+"""Every figure a report may draw (``figures/<name>.png``), in report order."""
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
 table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
@@ -38,6 +54,10 @@ td.published { color: #555; font-style: italic; }
 img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0; }
 code { background: #f4f4f4; padding: 0 0.2em; }
 """
+_MARKDOWN_ESCAPES = str.maketrans({"\\": "\\\\", "`": "\\`", "[": "\\[", "]": "\\]", "|": "\\|",
+                                   "&": "&amp;", "<": "&lt;", ">": "&gt;"})
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""What makes a spreadsheet read a CSV cell as a formula (OWASP's list)."""
 
 
 @dataclass
@@ -50,23 +70,26 @@ class Report:
     figures: dict[str, tuple[str, bytes]] = field(default_factory=dict)  # file stem -> (caption, PNG)
 
 
-def build_report(results: list[Results], published: list[PublishedSystem], metric: str = "ndcg@10",
+def build_report(results: list[Results], published: list[PublishedSystem], metric: str = DEFAULT_METRIC,
                  baseline: str | None = None) -> Report:
     """The tables and figures of a report over ``results`` (``baseline``: a system label; default the first)."""
     systems = observed_systems(results)
     chosen = _baseline(systems, baseline)
     matrix = beir_matrix(systems, published, metric, chosen)
     efficiency = efficiency_table(systems)
-    drawn = {
-        "scores": (f"{metric} per dataset, observed and published", plots.scores_chart(matrix)),
-        "retention": (f"{metric} as a share of {chosen.label if chosen else ''}'s",
-                      plots.retention_chart(matrix, chosen.label) if chosen else None),
-        "cost": (f"{metric} against FLOPS", plots.cost_chart(systems, metric, efficiency)),
-        "terms": ("terms per document vector", plots.terms_chart(systems)),
-        "calibration": ("APC: active terms before and after calibration",
-                        plots.calibration_chart(_condition_files(systems, "calibration_report"))),
-        "training": ("training loss", plots.training_chart(_condition_files(systems, "training_log"))),
-    }
+    calibrations = {system.label: system.results.record(system.condition).calibration for system in systems}
+    losses = {system.label: system.results.record(system.condition).training_loss for system in systems}
+    with plots.drawing():
+        drawn = {
+            "scores": (f"{metric} per dataset, observed and published", plots.scores_chart(matrix)),
+            "retention": (f"{metric} as a share of {chosen.label if chosen else ''}'s",
+                          plots.retention_chart(matrix, chosen.label) if chosen else None),
+            "cost": (f"{metric} against FLOPS", plots.cost_chart(systems, metric, efficiency)),
+            "terms": ("terms per document vector", plots.terms_chart(systems)),
+            "calibration": ("APC: active terms before and after calibration",
+                            plots.calibration_chart({label: value for label, value in calibrations.items() if value})),
+            "training": ("training loss", plots.training_chart({label: value for label, value in losses.items() if value})),
+        }
     figures = {name: (caption, png) for name, (caption, png) in drawn.items() if png is not None}
     return Report(results, matrix, efficiency, figures)
 
@@ -79,16 +102,6 @@ def _baseline(systems: list[System], label: str | None) -> System | None:
             return system
     raise VtreproError(f"--baseline '{label}' is not a system of these results; choose one of "
                        f"{', '.join(system.label for system in systems)}")
-
-
-def _condition_files(systems: list[System], key: str) -> dict[str, Path]:
-    """System label -> the file its results record under ``key`` (a calibration report, a training log), where present."""
-    files = {}
-    for system in systems:
-        path = system.results.conditions.get(system.condition, {}).get(key)
-        if path and Path(path).is_file():
-            files[system.label] = Path(path)
-    return files
 
 
 def _cell(value, kind: str) -> str:
@@ -125,30 +138,6 @@ def _headers(report: Report) -> list[tuple[str, list[tuple[str, str]]]]:
     ]) for results in report.results]
 
 
-def write_markdown(report: Report, path: Path) -> None:
-    """``report.md``: the same sections as the HTML, figures linked from ``figures/``."""
-    matrix = report.matrix
-    parts = [f"# Comparison report: {matrix.metric}\n"]
-    for title, lines in _headers(report):
-        parts.append(f"## {title}\n\n" + "\n".join(f"- {label}: {text}" for label, text in lines if text) + "\n")
-    parts.append(f"## BEIR matrix ({matrix.metric})\n")
-    parts.append(matrix_text(matrix).to_markdown(tablefmt="pipe", disable_numparse=True) + "\n")
-    parts.append("\n".join(f"- {note}" for note in matrix.notes) + "\n")
-    if report.figures:
-        parts.append("## Figures\n\n" + "\n".join(f"![{caption}]({FIGURES_DIRNAME}/{name}.png)"
-                                                  for name, (caption, _) in report.figures.items()) + "\n")
-    if not report.efficiency.empty:
-        parts.append("## Measured: efficiency and vector agreement (on the machine that ran it; not judged)\n")
-        parts.append(_efficiency_text(report.efficiency).to_markdown(index=False, tablefmt="pipe", disable_numparse=True) + "\n")
-    parts.append("## Commands\n\n" + "\n".join(f"- {column} / {dataset}: `{command}`"
-                                                for (column, dataset), command in matrix.commands.items()) + "\n")
-    for results in report.results:
-        parts.append(f"## Regression checks: {results.name}\n")
-        parts.append(_checks_text(results).to_markdown(index=False, tablefmt="pipe", disable_numparse=True) + "\n")
-    with atomic_write(path) as handle:
-        handle.write("\n".join(parts))
-
-
 def _efficiency_text(frame: pd.DataFrame) -> pd.DataFrame:
     """Figures at 4 significant digits; a figure no run has (e.g. FLOPS of BM25) is left out."""
     return frame.dropna(axis=1, how="all").map(figure_text)
@@ -170,66 +159,196 @@ def _checks_text(results: Results) -> pd.DataFrame:
     return frame.fillna("")
 
 
-def write_html(report: Report, path: Path) -> None:
-    """``report.html``: one file, inline CSS and figures, no script; opens from disk."""
-    matrix, text = report.matrix, matrix_text(report.matrix)
-    body = [f"<h1>Comparison report: {html.escape(matrix.metric)}</h1>"]
+# -- Markdown --------------------------------------------------------------------------------------------
+
+
+def _markdown(value: object) -> str:
+    """Text shown as written in markdown: one line, no raw HTML, link, image, code span or table-cell break."""
+    return " ".join(str(value).split()).translate(_MARKDOWN_ESCAPES)
+
+
+def _markdown_code(value: str) -> str:
+    """A code span holding ``value`` literally: its fence is longer than any run of backticks inside."""
+    text = " ".join(value.split())
+    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _markdown_table(frame: pd.DataFrame, index: bool = True) -> str:
+    shown = frame.map(_markdown)
+    shown.columns = [_markdown(column) for column in frame.columns]
+    shown.index = pd.Index([_markdown(label) for label in frame.index], name=frame.index.name)
+    return shown.to_markdown(index=index, tablefmt="pipe", disable_numparse=True)
+
+
+def markdown_text(report: Report) -> str:
+    """``report.md``: the same sections as the HTML, figures linked from ``figures/``."""
+    matrix = report.matrix
+    parts = [f"# Comparison report: {_markdown(matrix.metric)}\n"]
     for title, lines in _headers(report):
-        body.append(f"<h2>{html.escape(title)}</h2><ul>" + "".join(
-            f"<li><b>{html.escape(label)}</b>: {_code(text) if label == 'Command' else html.escape(text)}</li>"
-            for label, text in lines if text) + "</ul>")
-    body.append(f"<h2>BEIR matrix ({html.escape(matrix.metric)})</h2>")
-    head = "".join(f"<th>{html.escape(str(column))}</th>" for column in text.columns)
+        parts.append(f"## {_markdown(title)}\n\n" + "\n".join(f"- {label}: {_markdown(text)}"
+                                                             for label, text in lines if text) + "\n")
+    parts.append(f"## BEIR matrix ({_markdown(matrix.metric)})\n")
+    parts.append(_markdown_table(matrix_text(matrix)) + "\n")
+    parts.append("\n".join(f"- {_markdown(note)}" for note in matrix.notes) + "\n")
+    if report.figures:
+        parts.append("## Figures\n\n" + "\n".join(f"![{_markdown(caption)}]({FIGURES_DIRNAME}/{name}.png)"
+                                                  for name, (caption, _) in report.figures.items()) + "\n")
+    if not report.efficiency.empty:
+        parts.append("## Measured: efficiency and vector agreement (on the machine that ran it; not judged)\n")
+        parts.append(_markdown_table(_efficiency_text(report.efficiency), index=False) + "\n")
+    parts.append("## Commands\n\n" + "\n".join(f"- {_markdown(column)} / {_markdown(dataset)}: {_markdown_code(command)}"
+                                                for (column, dataset), command in matrix.commands.items()) + "\n")
+    for results in report.results:
+        parts.append(f"## Regression checks: {_markdown(results.name)}\n")
+        parts.append(_markdown_table(_checks_text(results), index=False) + "\n")
+    return "\n".join(parts)
+
+
+# -- HTML ------------------------------------------------------------------------------------------------
+
+
+def _text(value: object) -> str:
+    """Any value as HTML text."""
+    return html.escape(str(value), quote=True)
+
+
+def _attribute(name: str, value: object) -> str:
+    """`` name="value"``, the value escaped for a quoted attribute."""
+    return f' {name}="{html.escape(str(value), quote=True)}"'
+
+
+def _code(text: str) -> str:
+    return f"<code>{_text(text)}</code>"
+
+
+def _html_table(frame: pd.DataFrame) -> str:
+    """A table of text cells, headed by the frame's columns (the index is not shown)."""
+    head = "".join(f"<th>{_text(column)}</th>" for column in frame.columns)
+    rows = "".join("<tr>" + "".join(f"<td>{_text(cell)}</td>" for cell in line) + "</tr>"
+                   for line in frame.itertuples(index=False))
+    return f"<table><tr>{head}</tr>{rows}</table>"
+
+
+def _matrix_html(matrix: Matrix) -> str:
+    """The BEIR matrix; hovering over a score shows its command, over a published value its citation."""
+    text = matrix_text(matrix)
+    head = "".join(f"<th>{_text(column)}</th>" for column in text.columns)
     rows = []
     for dataset, line in text.iterrows():
         cells = []
         for column, value in line.items():
             kind = matrix.kinds[str(column)]
             source = matrix.commands.get((str(column), str(dataset))) or matrix.citations.get((str(column), str(dataset)))
-            title = f' title="{html.escape(source)}"' if source else ""
-            css = value if kind == "status" else ("published" if kind == "published" else "number")
-            cells.append(f'<td class="{css}"{title}>{html.escape(value)}</td>')
-        average = ' class="average"' if str(dataset).startswith("average") else ""
-        rows.append(f"<tr{average}><th>{html.escape(str(dataset))}</th>{''.join(cells)}</tr>")
-    body.append(f'<table class="matrix"><tr><th>dataset</th>{head}</tr>{"".join(rows)}</table>')
-    body.append("".join(f'<p class="note">{html.escape(note)}</p>' for note in matrix.notes))
+            title = _attribute("title", source) if source else ""
+            if kind == "status":
+                css = _attribute("class", value) if value in STATUSES else ""
+            else:
+                css = _attribute("class", "published" if kind == "published" else "number")
+            cells.append(f"<td{css}{title}>{_text(value)}</td>")
+        average = _attribute("class", "average") if str(dataset).startswith("average") else ""
+        rows.append(f"<tr{average}><th>{_text(dataset)}</th>{''.join(cells)}</tr>")
+    return f'<table class="matrix"><tr><th>dataset</th>{head}</tr>{"".join(rows)}</table>'
+
+
+def html_text(report: Report) -> str:
+    """``report.html``: one file, inline CSS and figures, no script; opens from disk."""
+    matrix = report.matrix
+    body = [f"<h1>Comparison report: {_text(matrix.metric)}</h1>"]
+    for title, lines in _headers(report):
+        body.append(f"<h2>{_text(title)}</h2><ul>" + "".join(
+            f"<li><b>{_text(label)}</b>: {_code(text) if label == 'Command' else _text(text)}</li>"
+            for label, text in lines if text) + "</ul>")
+    body.append(f"<h2>BEIR matrix ({_text(matrix.metric)})</h2>")
+    body.append(_matrix_html(matrix))
+    body.append("".join(f'<p class="note">{_text(note)}</p>' for note in matrix.notes))
     body.append('<p class="note">Hover over a score for the command that reproduces it (listed under Commands), '
                 'over a published value for its citation.</p>')
     for caption, png in report.figures.values():
-        encoded = base64.b64encode(png).decode("ascii")
-        body.append(f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{encoded}">'
-                    f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+        source = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+        body.append(f"<figure><img{_attribute('alt', caption)}{_attribute('src', source)}>"
+                    f"<figcaption>{_text(caption)}</figcaption></figure>")
     if not report.efficiency.empty:
         body.append("<h2>Measured: efficiency and vector agreement (on the machine that ran it; not judged)</h2>")
-        body.append(_efficiency_text(report.efficiency).to_html(index=False, border=0))
+        body.append(_html_table(_efficiency_text(report.efficiency)))
     body.append("<h2>Commands</h2><ul>" + "".join(
-        f"<li>{html.escape(column)} / {html.escape(dataset)}: {_code(command)}</li>"
+        f"<li>{_text(column)} / {_text(dataset)}: {_code(command)}</li>"
         for (column, dataset), command in matrix.commands.items()) + "</ul>")
     for results in report.results:
-        body.append(f"<h2>Regression checks: {html.escape(results.name)}</h2>")
-        body.append(_checks_text(results).to_html(index=False, border=0))
-    document = (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>vtrepro report: '
-                f"{html.escape(matrix.metric)}</title><style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n")
-    with atomic_write(path) as handle:
-        handle.write(document)
+        body.append(f"<h2>Regression checks: {_text(results.name)}</h2>")
+        body.append(_html_table(_checks_text(results)))
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>vtrepro report: '
+            f"{_text(matrix.metric)}</title><style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n")
 
 
-def _code(text: str) -> str:
-    return f"<code>{html.escape(text)}</code>"
+# -- CSV and the files -----------------------------------------------------------------------------------
+
+
+def _csv_cell(value: object) -> object:
+    """A text a spreadsheet would run as a formula (``=``, ``+``, ``-``, ``@`` first) gets a leading ``'``."""
+    return f"'{value}" if isinstance(value, str) and value.startswith(_FORMULA_STARTS) else value
+
+
+def table_csv(matrix: Matrix) -> str:
+    """``table.csv``: the BEIR matrix at full precision (4 decimals), names safe to open in a spreadsheet."""
+    table = matrix.table.map(_csv_cell).astype(object)  # numbers written as they are, as in the matrix
+    table.columns = [_csv_cell(column) for column in table.columns]
+    table.index = pd.Index([_csv_cell(label) for label in table.index], name=matrix.table.index.name)
+    return table.to_csv(float_format="%.4f")
+
+
+def report_paths(output: Path) -> list[Path]:
+    """Every file a report may write into ``output``, whichever figures it draws (to check before work)."""
+    return [output / name for name in ("report.md", "report.html", "table.csv")] + [
+        output / FIGURES_DIRNAME / f"{name}.png" for name in FIGURE_NAMES]
+
+
+def report_files(report: Report) -> dict[str, bytes]:
+    """Every file of a report by its path in the output folder: ``report.md``, ``report.html``, ``table.csv``,
+    ``figures/*.png``."""
+    files = {"report.md": markdown_text(report).encode("utf-8"), "report.html": html_text(report).encode("utf-8"),
+             "table.csv": table_csv(report.matrix).encode("utf-8")}
+    files.update({f"{FIGURES_DIRNAME}/{name}.png": png for name, (_, png) in report.figures.items()})
+    return files
+
+
+@contextlib.contextmanager
+def hold_interrupts() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) back while the block runs, and deliver it after: no interrupt cuts the block
+    short. Only the main thread sets signal handlers; elsewhere, or under a handler Python did not set,
+    the block runs as it is."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is None:
+        yield
+        return
+    held: list[int] = []
+    signal.signal(signal.SIGINT, lambda number, _: held.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            signal.raise_signal(signal.SIGINT)
+
+
+def write_files(output: Path, files: dict[str, bytes]) -> list[Path]:
+    """Write ``files`` (path in ``output`` -> content) as one set: every file to a temporary name beside its
+    target, then all renamed into place in the order given, with Ctrl-C held back until the last rename.
+    An interrupt or a failure before then leaves the old set untouched; after it the new set is whole.
+    An existing target that is not a regular file is refused before anything is written."""
+    targets = {output / name: content for name, content in files.items()}
+    for target in targets:
+        check_output(target)
+    with contextlib.ExitStack() as renames:
+        for target, content in reversed(targets.items()):  # the stack renames the last one entered first
+            renames.enter_context(atomic_write(target, "wb")).write(content)
+        with hold_interrupts():
+            renames.close()
+    return list(targets)
 
 
 def write_report_files(report: Report, output: Path) -> list[Path]:
-    """``report.md``, ``report.html``, ``table.csv`` and ``figures/*.png`` in ``output``; returns their paths."""
-    output.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, (_, png) in report.figures.items():
-        figure = output / FIGURES_DIRNAME / f"{name}.png"
-        figure.parent.mkdir(exist_ok=True)
-        with atomic_write(figure, "wb") as handle:
-            handle.write(png)
-        written.append(figure)
-    with atomic_write(output / "table.csv") as handle:
-        report.matrix.table.to_csv(handle, float_format="%.4f")
-    write_markdown(report, output / "report.md")
-    write_html(report, output / "report.html")
-    return [output / "report.md", output / "report.html", output / "table.csv", *written]
+    """``report.md``, ``report.html``, ``table.csv`` and ``figures/*.png`` in ``output``, replaced together;
+    returns their paths."""
+    return write_files(output, report_files(report))

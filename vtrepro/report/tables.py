@@ -12,6 +12,8 @@ from vtrepro.evaluate.trec import paired_comparison
 from vtrepro.report.published import PublishedSystem, beir_average
 from vtrepro.report.results import STATUS_MEASURED, Results
 
+DEFAULT_METRIC = "ndcg@10"
+"""The matrix's metric unless one is chosen (BEIR's headline figure)."""
 AVERAGE = "average"
 STATED_AVERAGE = "average (stated by the source)"
 SIGNIFICANCE_LEVEL = 0.05
@@ -27,7 +29,7 @@ class System:
 
     @property
     def published_key(self) -> str | None:
-        return self.results.conditions.get(self.condition, {}).get("published")
+        return self.results.record(self.condition).published
 
 
 @dataclass
@@ -49,6 +51,12 @@ def observed_systems(results: list[Results]) -> list[System]:
     names = [condition for _, condition in pairs]
     return [System(condition if names.count(condition) == 1 else f"{result.name}:{condition}", result, condition)
             for result, condition in pairs]
+
+
+def score_metrics(results: list[Results]) -> list[str]:
+    """Every metric the results hold scores of, sorted."""
+    return sorted({metric for result in results
+                   for metric in result.rows.loc[result.rows["kind"] == "score", "metric"]})
 
 
 def scores(system: System, metric: str) -> dict[str, float]:
@@ -152,10 +160,13 @@ def measured_figures(rows: pd.DataFrame) -> Iterator[tuple[str, str, dict[str, A
 
 
 def efficiency_table(systems: list[System]) -> pd.DataFrame:
-    """One line per (system, dataset), one column per measured figure."""
-    return pd.DataFrame([{"system": system.label, "dataset": dataset, **figures} for system in systems
-                         for condition, dataset, figures in measured_figures(system.results.rows)
-                         if condition == system.condition])
+    """One line per (system, dataset), one column per measured figure (each folder's rows read once)."""
+    labels = {(id(system.results), system.condition): system.label for system in systems}
+    folders = {id(system.results): system.results for system in systems}
+    return pd.DataFrame([{"system": labels[(key, condition)], "dataset": dataset, **figures}
+                         for key, results in folders.items()
+                         for condition, dataset, figures in measured_figures(results.rows)
+                         if (key, condition) in labels])
 
 
 def checks_table(results: Results) -> pd.DataFrame:
