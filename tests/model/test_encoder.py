@@ -188,6 +188,7 @@ def test_a_screen_bounds_every_dense_max_pooled_logit(screen, scale):
     assert 0.005 < (dense > 0).double().mean() < (bounds > 0).double().mean() < 0.1
 
 
+@pytest.mark.slow  # 35-70 s on an AVX2-only CPU, where bfloat16 is emulated and the int8 probe covers more shapes
 @pytest.mark.parametrize("projection", ["screened-int8", "screened-bfloat16"])
 def test_the_screened_projection_keeps_every_activated_column(splade_tiny, scifact_sample, tiny_encoder, projection):
     """Every column the dense path activates is computed exactly; the vectors equal the dense ones."""
