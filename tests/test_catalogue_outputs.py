@@ -26,6 +26,7 @@ from typing import Callable
 
 import pytest
 from ruamel.yaml import YAML
+from test_catalogue import small_file_system
 
 from conftest import assert_one_error_line, write_mini_beir
 from vtrepro.bench import main as bench_main
@@ -393,19 +394,6 @@ def test_a_real_record_through_an_alias_gives_a_spec_that_reruns_exactly(tmp_pat
     assert cli_entry(regress_main)([*argv, "--strict"]) == 0
 
 
-@contextlib.contextmanager
-def mounted_tmpfs(path: Path, options: str):
-    """A real tmpfs at ``path`` (needs mount rights: root in the CI container)."""
-    path.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.decode().strip()})")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", str(path)], check=True)
-
-
 @pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
 def test_record_on_a_read_only_spec_is_refused_before_any_run(dry_run, world, capsys):
     """Before (as root): the 0444 spec was rewritten and lost its mode; as another user every run went
@@ -419,7 +407,7 @@ def test_record_on_a_read_only_spec_is_refused_before_any_run(dry_run, world, ca
 
 
 def test_record_on_a_read_only_file_system_is_refused_before_any_run(world, capsys):
-    with mounted_tmpfs(world.root / "ro", "size=64k") as folder:
+    with small_file_system(world.root / "ro", "64k") as folder:
         spec = Path(shutil.copy(world.spec, folder / "bm.yaml"))
         subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
         code, stderr = run_command(regress_main, ["--spec", spec, "--data-dir", world.data, "--output",
@@ -431,7 +419,7 @@ def test_record_on_a_read_only_file_system_is_refused_before_any_run(world, caps
 def test_a_record_that_fails_at_the_end_still_writes_the_results_and_report(world, capsys):
     """The spec's disk fills up during the runs (a real full 64 KiB tmpfs): the results and report are
     written, the error line says the recording failed, and the spec is unchanged."""
-    with mounted_tmpfs(world.root / "disk", "size=64k") as disk:
+    with small_file_system(world.root / "disk", "64k") as disk:
         spec = Path(shutil.copy(world.spec, disk / "bm.yaml"))
         with open(disk / "filler", "wb") as filler, contextlib.suppress(OSError):
             filler.write(b"\0" * (1 << 20))
