@@ -1,13 +1,15 @@
 """The int8 screen on both CPU paths: x86 int8 kernels without VNNI saturate pairs of products in int16.
 
 Each case runs in a fresh interpreter, since the instruction set is chosen when torch starts: once on
-this machine's own path, once forced to AVX2 (no VNNI), where 8-bit columns do saturate.
+this machine's own path, once forced to AVX2. Whether the forced path saturates depends on the CPU and on
+which kernel torch picks there (seen saturating on AMD EPYC with AVX-512 VNNI, not saturating on CI's
+machine), so the test asserts what must hold on every path: the probe's level is exact, and the screened
+vectors equal the dense ones.
 """
 from __future__ import annotations
 
 import json
 import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +55,4 @@ def test_the_int8_screen_is_exact_on_each_instruction_path(path, splade_tiny: Pa
     result = json.loads(completed.stdout.strip().splitlines()[-1])
     assert result["exact_at_levels"]
     assert result["levels"] == (127 if result["exact_at_127"] else 64)
-    if path == "avx2" and platform.machine() == "x86_64":  # the forcing took effect: no VNNI, saturation
-        assert not result["exact_at_127"]
     assert result["same"] == 60 and result["kept"] < 0.05, result
