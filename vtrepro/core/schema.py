@@ -226,14 +226,19 @@ class Checker:
     def __init__(self, path: Path, top: str):
         self.path, self.top = path, top
 
-    def fail(self, node: Any, key: Any, message: str) -> VtreproError:
-        """An error at ``node[key]``'s line (a mapping key or a list index), else at ``node``'s."""
+    def location(self, node: Any, key: Any) -> str:
+        """``file:line`` of ``node[key]`` (a mapping key or a list index), else of ``node``; ``file`` alone
+        where YAML kept no line."""
         line = getattr(getattr(node, "lc", None), "line", None)
         if isinstance(node, CommentedMap) and key in node.lc.data:  # keys merged from an anchor have no line here
             line = node.lc.key(key)[0]
         elif isinstance(node, CommentedSeq) and isinstance(key, int) and key < len(node):
             line = node.lc.item(key)[0]
-        return VtreproError(f"{self.path}{'' if line is None else f':{line + 1}'}: {message}")
+        return f"{self.path}{'' if line is None else f':{line + 1}'}"
+
+    def fail(self, node: Any, key: Any, message: str) -> VtreproError:
+        """An error at ``node[key]``'s line (a mapping key or a list index), else at ``node``'s."""
+        return VtreproError(f"{self.location(node, key)}: {message}")
 
     def mapping(self, parent: Any, key: Any, allowed: set[str] | dict[str, Any], where: str) -> CommentedMap:
         """``parent[key]`` (``parent`` itself for key None) as a mapping of ``allowed`` keys; empty for null."""

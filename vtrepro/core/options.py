@@ -1,0 +1,147 @@
+"""Options declared once: a frozen dataclass whose every field carries its :class:`~vtrepro.core.schema.Field`.
+
+One declaration gives an option its type, default, bounds, choices and help, and every way in reads it:
+
+- a spec's or recipe's YAML mapping (:meth:`Options.read`, file:line errors through a
+  :class:`~vtrepro.core.schema.Checker`),
+- a command line (:meth:`Options.add_arguments` and :meth:`Options.from_args`),
+- a subprocess's command line (:meth:`Options.to_argv`, which :meth:`Options.from_args` reads back),
+- Python (the constructor, which checks every value against its field, so an object that exists is valid).
+
+Example::
+
+    @dataclass(frozen=True)
+    class ShardOptions(Options):
+        shard_size: int = option(Field(int, 2000, minimum=1, help="documents per shard"))
+
+    ShardOptions.read(checker, spec, "shards", "shards")   # from YAML
+    ShardOptions.from_args(parser.parse_args(argv))        # from --shard-size
+    ShardOptions(shard_size=500).to_argv()                 # ['--shard-size', '500']
+
+Old spellings stay readable: a subclass maps them in ``RENAMED`` (key -> new key) and ``RENAMED_VALUES``
+(key -> {old value: new value}); reading one logs a one-line deprecation notice naming the file and line.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import Any, ClassVar, Sequence, TypeVar
+
+from vtrepro.core.cli import add_options
+from vtrepro.core.errors import VtreproError
+from vtrepro.core.schema import REQUIRED, Checker, Field, is_boolean, within
+
+logger = logging.getLogger(__name__)
+
+OptionsT = TypeVar("OptionsT", bound="Options")
+_FIELD_KEY = "vtrepro.option"
+
+
+def option(field: Field) -> Any:
+    """A dataclass field declared by ``field``: its default is the field's (none when it is required)."""
+    if field.default is REQUIRED:
+        return dataclasses.field(metadata={_FIELD_KEY: field})
+    return dataclasses.field(default=field.default, metadata={_FIELD_KEY: field})
+
+
+def flag_name(name: str) -> str:
+    """The command-line flag of option ``name``: ``max_length_doc`` -> ``--max-length-doc``."""
+    return "--" + name.replace("_", "-")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Base of every options object: frozen, each field declared with :func:`option`, checked on creation."""
+
+    RENAMED: ClassVar[Mapping[str, str]] = {}
+    """Old key -> its current name, read with a deprecation notice."""
+    RENAMED_VALUES: ClassVar[Mapping[str, Mapping[str, str]]] = {}
+    """Key -> {old value: current value}, read with a deprecation notice."""
+
+    def __post_init__(self) -> None:
+        for name, field in self.schema().items():
+            problem = invalid(getattr(self, name), field)
+            if problem:
+                raise VtreproError(f"{type(self).__name__}.{name} must be {problem}, got {getattr(self, name)!r}")
+
+    @classmethod
+    def schema(cls) -> dict[str, Field]:
+        """Option name -> its declaration, in declaration order."""
+        return {item.name: item.metadata[_FIELD_KEY] for item in dataclasses.fields(cls) if _FIELD_KEY in item.metadata}
+
+    @classmethod
+    def read(cls: type[OptionsT], check: Checker, parent: Any, key: Any, where: str, **given: Any) -> OptionsT:
+        """``parent[key]`` (``parent`` itself for key None) read with ``check``: unknown keys, bounds and
+        choices refused at their line, old spellings accepted with a notice, absent keys defaulted.
+        ``given`` fills options the mapping does not hold (e.g. spec-wide settings under a condition's)."""
+        node = parent if key is None else parent.get(key)
+        if node is not None and hasattr(node, "items"):
+            _modernize(cls, check, node, where)
+        values = check.read(parent, key, cls.schema(), where, fill=False)
+        return cls(**{**given, **values})
+
+    @classmethod
+    def add_arguments(cls, parser: argparse._ActionsContainer, names: Sequence[str] | None = None) -> None:
+        """One ``--flag-name`` per option (or per one of ``names``), typed, bounded and documented."""
+        add_options(parser, cls.schema(), names)
+
+    @classmethod
+    def from_args(cls: type[OptionsT], args: argparse.Namespace, **given: Any) -> OptionsT:
+        """The options parsed by :meth:`add_arguments` (those it did not add keep their defaults or ``given``)."""
+        parsed = {name: getattr(args, name) for name in cls.schema() if hasattr(args, name)}
+        return cls(**{**given, **parsed})
+
+    def to_argv(self, names: Sequence[str] | None = None) -> list[str]:
+        """The command line that :meth:`from_args` reads back as these options (every option, or ``names``)."""
+        argv: list[str] = []
+        for name in names or self.schema():
+            value = getattr(self, name)
+            if isinstance(value, bool):  # a flag off by default has no --no- form (core.cli.add_options)
+                argv += [flag_name(name)] if value else [] if self.schema()[name].default is False else [
+                    "--no-" + flag_name(name)[2:]]
+            elif value is not None:
+                argv += [flag_name(name), str(value)]
+        return argv
+
+    def to_dict(self) -> dict[str, Any]:
+        """Option name -> value (JSON-ready for manifests and reports)."""
+        return {name: getattr(self, name) for name in self.schema()}
+
+    def replace(self: OptionsT, **changes: Any) -> OptionsT:
+        """A copy with ``changes``, checked like a new object."""
+        return dataclasses.replace(self, **changes)
+
+
+def invalid(value: Any, field: Field) -> str:
+    """What ``value`` should have been when it does not fit ``field`` ('' when it does)."""
+    if value is None:
+        return "" if field.nullable or field.default is None else field.expected()
+    if field.kind is bool:
+        valid = is_boolean(value)
+    elif field.kind in (int, float):
+        numeric = isinstance(value, int if field.kind is int else (int, float)) and not isinstance(value, bool)
+        valid = numeric and within(value, *field.bounds)
+    elif field.kind is str:
+        valid = isinstance(value, str) and bool(value.strip()) and (not field.choices or value in field.choices)
+    else:
+        valid = True  # mappings and lists are checked by their owners' own options
+    return "" if valid else field.expected()
+
+
+def _modernize(cls: type[Options], check: Checker, node: Any, where: str) -> None:
+    """Rewrite old keys and values of ``node`` in place to their current spelling, one notice each."""
+    for key, values in cls.RENAMED_VALUES.items():
+        for spelled in [key, *(old for old, new in cls.RENAMED.items() if new == key)]:
+            if isinstance(node.get(spelled), str) and node[spelled] in values:
+                logger.warning("%s: %s: %s is deprecated; write %s", check.location(node, spelled), spelled,
+                               node[spelled], values[node[spelled]])
+                node[spelled] = values[node[spelled]]
+    for old, new in cls.RENAMED.items():
+        if old in node:
+            if new in node:
+                raise check.fail(node, old, f"{where}.{old} is the old spelling of {where}.{new}; give only {new}")
+            logger.warning("%s: '%s' is deprecated; write '%s'", check.location(node, old), old, new)
+            position = list(node).index(old)
+            node.insert(position, new, node.pop(old))
