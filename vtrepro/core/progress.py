@@ -3,6 +3,8 @@
 On a terminal the bar moves with every batch. In a log (CI, ``nohup``, a pipe) a bar would be noise,
 so a stage prints one line when it finishes: ``encode documents: 5183 doc in 41.2 s (125.8 doc/s)``,
 and, while it runs longer than a minute, a line a minute with the count, rate and ETA so far.
+Progress is its own stream, not log records: it shows in library use too, and goes quiet only where
+the ``vtrepro`` logger was set above information (``--quiet``; see :func:`vtrepro.core.log.progress_shown`).
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from types import TracebackType
 
 from tqdm import tqdm
 
+from vtrepro.core.log import progress_shown
+
 LOG_INTERVAL_S = 60.0
 """Seconds between the interim lines a stage prints to a non-terminal."""
 
@@ -20,16 +24,16 @@ class Progress:
     """Counts the units of one stage; use as a context manager and call :meth:`update` per batch.
 
     ``initial`` units were done before (a resumed run): they count towards the total, not the rate.
-    ``enabled=False`` shows nothing (e.g. on the non-main processes of a distributed run).
+    ``enabled=False`` shows nothing (e.g. on the non-main processes of a distributed run), nor does ``--quiet``.
     """
 
     def __init__(self, total: int | None, desc: str, unit: str, initial: int = 0, enabled: bool = True):
-        self.total, self.desc, self.unit, self.enabled = total, desc, unit, enabled
+        self.total, self.desc, self.unit, self.enabled = total, desc, unit, enabled and progress_shown()
         self.done = self._initial = initial
         self._started = self._logged = time.perf_counter()
         self._bar = None
         self._postfix = ""
-        if enabled and sys.stderr.isatty():
+        if self.enabled and sys.stderr.isatty():
             self._bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True)
 
     def set_postfix(self, **values: str) -> None:

@@ -2,13 +2,13 @@
 (a key's type, default, choices and bounds) and :class:`Checker`, which validates a mapping against
 a schema of fields and reports the first problem as one ``file:line: ...`` error.
 
-The modules that own options declare them as fields (``vocabulary.transfer.TRANSFER_OPTIONS``,
-``vocabulary.calibrate.CALIBRATE_OPTIONS``, ``training.mlm.MLM_OPTIONS``); specs, recipes and the
-command-line parsers (:func:`vtrepro.core.cli.add_options`) are all read from them.
+The modules that own options declare them as fields of :class:`vtrepro.core.options.Options` classes
+(``vocabulary.transfer.TransferOptions``, ``vocabulary.calibrate.CalibrationOptions``,
+``training.mlm.MlmOptions``); specs, recipes and the command-line parsers are all read from them.
 """
 from __future__ import annotations
 
-import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,7 +163,7 @@ def _number_text(value: float | None) -> str | None:
 def within(value: float, minimum: float | None = None, maximum: float | None = None,
            above: float | None = None, below: float | None = None) -> bool:
     """Whether a finite ``value`` lies within the bounds (``minimum``/``maximum`` inclusive, ``above``/``below`` not)."""
-    return (math.isfinite(value) and (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
+    return (abs(value) <= sys.float_info.max and (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
             and (above is None or value > above) and (below is None or value < below))
 
 
