@@ -5,7 +5,7 @@ import pytest
 
 from vtrepro.data.beir import load_dataset
 from vtrepro.evaluate.trec import compare_runs, evaluate_run, main, per_query_scores
-from vtrepro.search.lucene import write_trec_run
+from vtrepro.search.runs import write_trec_run
 
 
 @pytest.fixture(scope="module")

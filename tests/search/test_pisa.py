@@ -12,10 +12,11 @@ import vtrepro
 from conftest import HAND_MADE_DOCS, assert_one_error_line
 from vtrepro.bench import main as bench_main
 from vtrepro.core.errors import VtreproError
+from vtrepro.encode.reader import read_query_vectors
 from vtrepro.encode.vectors import escape_term
 from vtrepro.index.lucene import build_impact_index
-from vtrepro.search.lucene import main as search_main
-from vtrepro.search.lucene import read_query_vectors, search_impact, write_trec_run
+from vtrepro.search.command import main as search_main
+from vtrepro.search.lucene import search_impact
 from vtrepro.search.pisa import (
     _prepare,
     _retrieve,
@@ -25,6 +26,7 @@ from vtrepro.search.pisa import (
     read_pisa_meta,
     search_pisa,
 )
+from vtrepro.search.runs import write_trec_run
 
 # HAND_MADE_DOCS, then four documents tied on "tie" written out of id order, and cased terms.
 DOCS = {**HAND_MADE_DOCS, **{doc: {"tie": 5, "Paris": 2} for doc in ("z", "m", "b", "a")}, "c": {"tie": 5, "paris": 1}}

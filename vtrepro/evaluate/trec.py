@@ -18,7 +18,7 @@ import pytrec_eval
 from vtrepro.core.cli import add_data_dir, cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
 from vtrepro.data.beir import load_dataset, read_qrels
-from vtrepro.search.lucene import Run, read_trec_run
+from vtrepro.search.runs import Run, read_trec_run
 
 # scipy is imported only for significance tests, on purpose: scoring a run does not need it.
 

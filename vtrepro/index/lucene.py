@@ -9,20 +9,25 @@ import contextlib
 import errno
 import glob
 import json
+import logging
 import os
 import shutil
-import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from vtrepro.core.cli import add_threads, cli_entry, command_parser, verbose
+from vtrepro.core.cli import add_threads, cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output, process_alive, write_jsonl
 from vtrepro.core.java import describe_causes, java_class, java_errors, java_path, logged_java_errors, start_jvm
+from vtrepro.core.log import verbose
 from vtrepro.core.progress import Progress
-from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files, vector_files
-from vtrepro.encode.writer import MANIFEST_NAME, load_manifest, vectors_folder
+from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files
+from vtrepro.encode.folder import EncodedFolder
+from vtrepro.encode.reader import vector_files
+
+logger = logging.getLogger(__name__)
 
 # jnius is imported once the JVM is started with Anserini's classpath (core.java), on purpose.
 
@@ -33,15 +38,21 @@ DISK_FULL_MESSAGES = tuple(os.strerror(number) for number in DISK_FULL_ERRNOS)
 """How the OS words a full disk or quota, in Python's errors and in Java's (the same C library text)."""
 
 
-def _run_indexer(collection: str, input_dir: Path, index_dir: Path, work: Path, threads: int, extra: list[str],
-                 source: str | Path, documents: int, total_terms: int | None = None,
-                 allow_empty: bool = False) -> dict[str, int]:
-    """Index ``input_dir`` into ``work``, check the result, then swap it into ``index_dir``; returns its stats.
+@dataclass(frozen=True)
+class IndexInput:
+    """What an index must hold: Anserini skips what it cannot parse and goes on, so a shortfall is an error."""
 
-    The index must hold exactly ``documents`` (and ``total_terms``, when given): Anserini skips what
-    it cannot parse and goes on, so a shortfall is an error. With ``allow_empty`` documents without
-    text are skipped, as Anserini does for BM25. On any failure an existing index stays as it was.
-    """
+    source: str | Path  # the input, as messages name it
+    documents: int  # documents the index must hold
+    total_terms: int | None = None  # the impact total it must hold, when known
+    allow_empty: bool = False  # documents without text are skipped, as Anserini does for BM25
+
+
+def _run_indexer(collection: str, input_dir: Path, index_dir: Path, work: Path, threads: int, extra: list[str],
+                 holds: IndexInput) -> dict[str, int]:
+    """Index ``input_dir`` into ``work``, check the result against what it ``holds``, then swap it into
+    ``index_dir``; returns its stats. On any failure an existing index stays as it was."""
+    source, documents, total_terms, allow_empty = holds.source, holds.documents, holds.total_terms, holds.allow_empty
     staging = work / "index"
     args = [
         "-collection", collection,
@@ -67,7 +78,7 @@ def _run_indexer(collection: str, input_dir: Path, index_dir: Path, work: Path, 
                            f"{f' ({dropped} documents dropped)' if dropped else ''}; "
                            f"the previous index at {index_dir} is kept")
     if empty:
-        print(f"index: {empty} document(s) without text not indexed (Anserini skips them)", file=sys.stderr)
+        logger.warning(f"index: {empty} document(s) without text not indexed (Anserini skips them)")
     _swap_into_place(staging, index_dir, work / "old")
     return stats
 
@@ -174,7 +185,7 @@ def _recover_abandoned(index_dir: Path) -> None:
         old = work / "old"
         if not index_dir.exists() and is_lucene_index(old):
             old.rename(index_dir)
-            print(f"{index_dir}: put back the index an interrupted rebuild had moved aside", file=sys.stderr)
+            logger.warning(f"{index_dir}: put back the index an interrupted rebuild had moved aside")
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -199,7 +210,7 @@ def build_impact_index(vectors_dir: str | Path, index_dir: str | Path, threads: 
                        expected: VectorSetSummary | None = None) -> dict[str, int]:
     """Impact index (``-impact -pretokenized``) of a JsonVectorCollection folder; returns its stats.
 
-    Every record is checked first (:mod:`vtrepro.encode.fingerprint`: what Anserini would silently change
+    Every record is checked first (:mod:`vtrepro.encode.reader`: what Anserini would silently change
     is refused) unless ``expected`` already summarizes the folder's checked vectors; only the
     vector files are given to Anserini (never hidden temporary files), and the index must hold
     exactly their documents and impact total. One thread keeps Lucene's internal document order
@@ -212,8 +223,8 @@ def build_impact_index(vectors_dir: str | Path, index_dir: str | Path, threads: 
         linked.mkdir()
         for path in files:
             os.symlink(path.resolve(), linked / path.name)
-        return _run_indexer("JsonVectorCollection", linked, Path(index_dir), work, threads,
-                            ["-impact", "-pretokenized"], vectors_dir, expected.count, expected.total_impact)
+        return _run_indexer("JsonVectorCollection", linked, Path(index_dir), work, threads, ["-impact", "-pretokenized"],
+                            IndexInput(vectors_dir, expected.count, expected.total_impact))
 
 
 def build_bm25_index(documents: Iterable[tuple[str, str]], index_dir: str | Path, threads: int = 1) -> dict[str, int]:
@@ -224,7 +235,7 @@ def build_bm25_index(documents: Iterable[tuple[str, str]], index_dir: str | Path
         count = write_jsonl(work / "input" / "docs.jsonl",
                             ({"id": doc_id, "contents": contents} for doc_id, contents in documents))
         return _run_indexer("JsonCollection", work / "input", Path(index_dir), work, threads, ["-storeRaw"],
-                            f"{index_dir} (BM25 documents)", count, allow_empty=True)
+                            IndexInput(f"{index_dir} (BM25 documents)", count, allow_empty=True))
 
 
 def check_index_folder(index_dir: str | Path) -> str:
@@ -333,14 +344,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     check_index_target(args.index)
-    check_output(args.index, [vectors_folder(args.vectors), args.vectors / MANIFEST_NAME], kind="folder")
+    encoded = EncodedFolder(args.vectors)
+    check_output(args.index, [encoded.collection, encoded.manifest_path], kind="folder")
     check_output(args.index.parent, kind="folder")  # the build works beside the index
-    manifest = load_manifest(args.vectors)
-    folder = vectors_folder(args.vectors)
+    manifest = encoded.load_manifest()
+    folder = encoded.collection
     summary = fingerprint_files(vector_files(folder))
     if manifest is not None:
         if not manifest.get("complete"):
-            raise VtreproError(f"{args.vectors / MANIFEST_NAME}: the encoding is not finished; "
+            raise VtreproError(f"{encoded.manifest_path}: the encoding is not finished; "
                                "rerun the same 'python -m vtrepro.encode' command to complete it")
         check_against_manifest({"documents": summary.count, "total_terms": summary.total_impact}, manifest)
     stats = build_impact_index(folder, args.index, args.threads, expected=summary)

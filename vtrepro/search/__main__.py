@@ -1,6 +1,6 @@
 """``python -m vtrepro.search``: the search command."""
 import sys
 
-from vtrepro.search.lucene import main
+from vtrepro.search.command import main
 
 sys.exit(main())

@@ -2,7 +2,8 @@
 
 :func:`build_pisa_index` indexes the JsonVectorCollection folder Lucene indexes; :func:`search_pisa`
 returns what :func:`vtrepro.search.lucene.search_impact` returns for the same vectors: the same top
-``k``, the same integer scores, ties by document id, a query's own id removed. How PISA is set up so:
+``k``, the same integer scores, ties by document id, a query's own id removed
+(:func:`vtrepro.search.runs.top_hits`). How PISA is set up so:
 
 - impacts are posted as term frequencies, as they are (scale 1), and scored with PISA's
   ``quantized`` scorer (query weight x frequency): no stemmer, no stopwords;
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -30,12 +32,15 @@ from typing import Iterator, Mapping
 
 import numpy as np
 
-from vtrepro.core.cli import verbose
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import process_alive, write_json
+from vtrepro.core.log import verbose
 from vtrepro.core.progress import Progress
-from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files, read_vectors, vector_files
-from vtrepro.search.lucene import Run, SearchTiming, hits_per_query
+from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files
+from vtrepro.encode.reader import read_vectors, vector_files
+from vtrepro.search.runs import Run, SearchTiming, check_query_weights, hits_per_query, top_hits
+
+logger = logging.getLogger(__name__)
 
 # pyterrier_pisa is imported where it is used, on purpose: it imports pyterrier, pandas and ir_datasets
 # (over a second), which `search --help` and Lucene searches do not need.
@@ -113,7 +118,7 @@ def _remove_dead_builds(index_dir: Path) -> None:
             continue
         if match[2] == "old" and not index_dir.exists() and read_pisa_meta(path) is not None:
             path.rename(index_dir)
-            print(f"{index_dir}: put back the index an interrupted rebuild had moved aside", file=sys.stderr)
+            logger.warning(f"{index_dir}: put back the index an interrupted rebuild had moved aside")
         else:
             shutil.rmtree(path, ignore_errors=True)
 
@@ -189,7 +194,9 @@ def _native_output_quiet() -> Iterator[None]:
         except BaseException:
             _restore(saved)
             log.seek(0)
-            sys.stderr.write(log.read().decode("utf-8", "replace"))
+            native_log = log.read().decode("utf-8", "replace").rstrip("\n")
+            if native_log:
+                logger.error(native_log)
             raise
         _restore(saved)
 
@@ -227,10 +234,8 @@ def _pisa_queries(queries: Mapping[str, Mapping[str, int]], max_impact: int) -> 
     without converting), refused where PISA would not be exact."""
     converted = []
     for qid, vector in queries.items():
-        for term, weight in vector.items():
-            if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
-                raise VtreproError(f"query '{qid}' has weight {weight!r} for '{term}': the PISA engine takes integer "
-                                   "weights from 1 (quantize query vectors; drop zero weights)")
+        check_query_weights(qid, vector, 1, "the PISA engine takes integer weights from 1 (quantize query vectors; "
+                                            "drop zero weights)")
         if sum(vector.values()) * max_impact >= EXACT_SCORE_LIMIT:
             raise VtreproError(f"query '{qid}' could score {sum(vector.values()) * max_impact} (summed weights x largest "
                                f"impact), beyond 2^24 where PISA's float scores stop being exact; use --engine lucene")
@@ -263,19 +268,8 @@ def _complete(hits: list[tuple[str, float]], depth: int, wanted: int) -> bool:
     return len(hits) < depth or hits[wanted - 1][1] > hits[-1][1]
 
 
-def _collect(qid: str, hits: list[tuple[str, float]], k: int, remove_query_id: bool) -> dict[str, float]:
-    kept = sorted((hit for hit in hits if not (remove_query_id and hit[0] == qid)), key=lambda hit: (-hit[1], hit[0]))
-    return dict(kept[:k])
-
-
-def search_pisa(
-    index_dir: str | Path,
-    queries: Mapping[str, Mapping[str, int]],
-    k: int = 1000,
-    threads: int = 1,
-    remove_query_id: bool = True,
-    timing: SearchTiming | None = None,
-) -> Run:
+def search_pisa(index_dir: str | Path, queries: Mapping[str, Mapping[str, int]], k: int = 1000, threads: int = 1,
+                remove_query_id: bool = True, timing: SearchTiming | None = None) -> Run:
     """Impact search with PISA: the run :func:`vtrepro.search.lucene.search_impact` gives for the same
     vectors; ``timing`` as there (per query with one thread; all queries in one call with more)."""
     meta = _checked_pisa_index(index_dir)
@@ -306,4 +300,4 @@ def search_pisa(
                 pending = [position for position, hits in zip(pending, batch) if not _complete(hits, depth, wanted)]
                 depth *= 2
     timing.seconds = time.perf_counter() - started
-    return {qid: _collect(qid, found[position], k, remove_query_id) for position, qid in enumerate(qids)}
+    return {qid: top_hits(qid, found[position], k, remove_query_id) for position, qid in enumerate(qids)}

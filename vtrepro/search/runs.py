@@ -1,0 +1,128 @@
+"""Runs, whichever engine searched: the run type, TREC run files, hit depth, the top-k cut and its tie order.
+
+Both engines (:mod:`vtrepro.search.lucene`, :mod:`vtrepro.search.pisa`) return the same :data:`Run` for the
+same vectors: hits ordered by score, ties by document id, a query's own id removed (the BEIR convention),
+the top ``k`` kept (:func:`top_hits`). Evaluation, training and the regressions read and write runs through
+this module, so none of them depends on an engine.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from vtrepro.core.cli import number_in
+from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import atomic_write, read_lines
+from vtrepro.encode.reader import MAX_IMPACT
+
+Run = dict[str, dict[str, float]]
+"""qid -> {docid: score}, the shape pytrec_eval takes."""
+MAX_K = 10_000
+"""Most hits per query: ten times the deepest cutoff evaluated here (recall@1000, the paper's k). The
+engines set aside room for k hits per query before they search."""
+MAX_RUN_HITS = 20_000_000
+"""Most hits one search may return (queries x hits per query, once k is cut to the documents): a run is
+held in memory, about 150 bytes a hit (3 GB); the largest BEIR query set at k=1000 (quora, 10,000
+queries) returns 10 million."""
+
+
+@dataclass
+class SearchTiming:
+    """Wall time of a search. With one thread each query is searched and timed on its own (latency);
+    with more, queries run in batches across the threads and only the total is known (throughput)."""
+
+    threads: int = 1
+    queries: int = 0
+    seconds: float = 0.0
+    latencies: list[float] = field(default_factory=list)  # seconds per query, one-thread searches only
+
+    def figures(self) -> dict[str, float | int | None]:
+        """Threads, queries per second, and latency in milliseconds (None unless timed per query)."""
+        latency: dict[str, float | None] = dict.fromkeys(("latency_mean_ms", "latency_p50_ms", "latency_p99_ms"))
+        if self.latencies:
+            milliseconds = np.asarray(self.latencies) * 1000.0
+            latency = {"latency_mean_ms": float(milliseconds.mean()),
+                       "latency_p50_ms": float(np.percentile(milliseconds, 50)),
+                       "latency_p99_ms": float(np.percentile(milliseconds, 99))}
+        rate = self.queries / self.seconds if self.seconds > 0 else None
+        return {"search_threads": self.threads, "search_queries_per_s": rate, **latency}
+
+
+def add_k(parser: argparse._ActionsContainer) -> None:
+    """``--k``: hits per query, 1 to :data:`MAX_K` (default 1000)."""
+    parser.add_argument("--k", type=number_in(int, minimum=1, maximum=MAX_K), default=1000,
+                        help=f"hits per query, 1 to {MAX_K} (default 1000, the paper's); a k above the documents "
+                             f"in the index is cut to them before searching (the same run), and queries x hits "
+                             f"must stay within {MAX_RUN_HITS:,} (a run is held in memory)")
+
+
+def hits_per_query(k: int, documents: int, queries: int) -> int:
+    """``k`` cut to the index's ``documents`` (no engine returns more hits than documents, so the run is the
+    same), refused when ``queries`` searches of that depth would return more than :data:`MAX_RUN_HITS`."""
+    k = max(1, min(k, documents))
+    if k * queries > MAX_RUN_HITS:
+        raise VtreproError(f"{queries} queries x {k} hits per query would return {k * queries:,} hits, more than "
+                           f"the {MAX_RUN_HITS:,} a run may hold in memory; lower k or search the queries in parts")
+    return k
+
+
+def check_query_weights(qid: str, vector: Mapping[str, object], lowest: int, requirement: str) -> None:
+    """Refuse a query weight an engine would not score exactly: anything but an integer from ``lowest`` to
+    :data:`~vtrepro.encode.reader.MAX_IMPACT` (a bool is not one); ``requirement`` ends the message."""
+    for term, weight in vector.items():
+        if isinstance(weight, bool) or not isinstance(weight, int) or not lowest <= weight <= MAX_IMPACT:
+            raise VtreproError(f"query '{qid}' has weight {weight!r} for '{term}': {requirement}")
+
+
+def top_hits(qid: str, hits: Iterable[tuple[str, float]], k: int, remove_query_id: bool) -> dict[str, float]:
+    """The top ``k`` of an engine's ``(docid, score)`` hits for query ``qid``: by score, ties by document id,
+    the query's own id left out when ``remove_query_id``. Engines return a few more hits than ``k`` (room
+    for the query's own id, and every document tied at the cut), so this cut decides the run."""
+    kept = sorted((hit for hit in hits if not (remove_query_id and hit[0] == qid)), key=lambda hit: (-hit[1], hit[0]))
+    return dict(kept[:k])
+
+
+def write_trec_run(run: Run, path: str | Path, tag: str = "vtrepro") -> None:
+    """Write a TREC run file (``qid Q0 docid rank score tag``), atomically, in run order."""
+    with atomic_write(path) as handle:
+        for qid, hits in run.items():
+            for rank, (docid, score) in enumerate(hits.items(), start=1):
+                handle.write(f"{qid} Q0 {docid} {rank} {score:.6f} {tag}\n")
+
+
+def read_trec_run(path: str | Path) -> Run:
+    """Read a TREC run file (``qid Q0 docid rank score tag``, six fields separated by whitespace).
+
+    What trec_eval would read differently is refused, naming file and line: a line with another
+    number of fields (an id holding a space), a rank or score that is not a number, a non-finite
+    score, the same document twice for a query.
+    """
+    path = Path(path)
+    run: Run = {}
+    for line_number, line in read_lines(path):
+        fields = line.split()
+        if not fields:
+            continue
+        where = f"{path}:{line_number}"
+        if len(fields) != 6:
+            raise VtreproError(f"{where}: expected 6 fields 'qid Q0 docid rank score tag', got {len(fields)} in "
+                               f"{line.strip()[:80]!r}; ids must not hold whitespace")
+        qid, _, docid, rank, score_text, _ = fields
+        try:
+            int(rank)
+            score = float(score_text)
+        except ValueError:
+            raise VtreproError(f"{where}: rank must be an integer and score a number, got {rank!r} and "
+                               f"{score_text!r}") from None
+        if not math.isfinite(score):
+            raise VtreproError(f"{where}: score {score_text} is not finite; fix the run that wrote it")
+        hits = run.setdefault(qid, {})
+        if docid in hits:
+            raise VtreproError(f"{where}: document '{docid}' appears twice for query '{qid}'; keep one line")
+        hits[docid] = score
+    return run
