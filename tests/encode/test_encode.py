@@ -6,8 +6,10 @@ import pytest
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.data.beir import Document
+from vtrepro.encode.folder import EncodedFolder
+from vtrepro.encode.queries import encode_queries
 from vtrepro.encode.vectors import EMPTY_DOCUMENT_TERM, Quantization
-from vtrepro.encode.writer import encode_corpus, encode_queries, load_manifest
+from vtrepro.encode.writer import encode_corpus
 from vtrepro.index.lucene import build_impact_index, check_against_manifest
 
 
@@ -30,7 +32,7 @@ class InterruptAfter:
 def windowed(encoder, sort_window: int):
     """The same loaded encoder with another length-sorting window (model weights shared)."""
     other = copy.copy(encoder)
-    other.sort_window = sort_window
+    other.options = encoder.options.replace(sort_window=sort_window)
     return other
 
 
@@ -60,7 +62,7 @@ def test_interrupted_encode_resumes_without_duplicates_or_gaps(tmp_path, tiny_en
     reference = encode_corpus(encoder, scifact_sample, tmp_path / "whole", shard_size=25, show_progress=False)
     with pytest.raises(KeyboardInterrupt):
         encode_corpus(InterruptAfter(encoder, 4), scifact_sample, tmp_path / "resumed", shard_size=25, show_progress=False)
-    partial = load_manifest(tmp_path / "resumed")
+    partial = EncodedFolder(tmp_path / "resumed").load_manifest()
     assert not partial["complete"] and partial["documents"] == 25
     resumed = encode_corpus(InterruptAfter(encoder, 5), scifact_sample, tmp_path / "resumed", shard_size=25, show_progress=False)
     assert resumed == reference
@@ -79,7 +81,7 @@ def test_vectors_depend_on_neither_shard_size_nor_resume_point(tmp_path, tiny_en
     }
     with pytest.raises(KeyboardInterrupt):  # after shard 3 of 7 documents: docs 21-27 sit in window 1
         encode_corpus(InterruptAfter(encoder, 2), scifact_sample, tmp_path / "cut", shard_size=7, show_progress=False)
-    assert load_manifest(tmp_path / "cut")["documents"] == 28
+    assert EncodedFolder(tmp_path / "cut").load_manifest()["documents"] == 28
     resumed = encode_corpus(encoder, scifact_sample, tmp_path / "cut", shard_size=7, show_progress=False)
     assert len(set(fingerprints.values())) == 1
     assert resumed["fingerprint"] == fingerprints[7]
@@ -129,7 +131,7 @@ def test_progress_moves_per_batch_and_resumes_at_the_window(tmp_path, tiny_encod
 
     monkeypatch.setattr(vtrepro.core.progress, "LOG_INTERVAL_S", 0.0)
     encoder = windowed(tiny_encoder, 16)
-    encoder.batch_size = 8  # windows of 16 documents: two batches each
+    encoder.options = encoder.options.replace(batch_size=8)  # windows of 16 documents: two batches each
     with pytest.raises(KeyboardInterrupt):  # after shard 3 of 7 documents, in window 1
         encode_corpus(InterruptAfter(encoder, 2), scifact_sample, tmp_path, shard_size=7)
     capsys.readouterr()

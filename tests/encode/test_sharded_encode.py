@@ -10,10 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from vtrepro.encode import writer
 from vtrepro.encode.fingerprint import fingerprint_folder
 from vtrepro.index.lucene import build_impact_index
-from vtrepro.model import splade
 
 pytestmark = pytest.mark.slow
 DOCUMENTS, SHARD = 240, 40  # 6 shards of whole sort windows: each process encodes its own windows
@@ -50,10 +48,6 @@ def _rank_processes(parent: int) -> dict[int, int]:
             if variable.startswith(b"RANK="):
                 ranks[int(variable[5:])] = int(entry.name)
     return ranks
-
-
-def test_the_sort_window_default_is_the_encoders():
-    assert writer.SORT_WINDOW == splade.SORT_WINDOW
 
 
 def test_two_processes_encode_what_one_does_and_a_killed_rank_resumes(tmp_path, data_dir, models_dir):

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from vtrepro.core.errors import VtreproError
+from vtrepro.model.options import EncoderOptions
 from vtrepro.model.splade import SpladeEncoder, splade_activation
 
 MAX_LENGTH_DOC = 48
@@ -25,7 +26,7 @@ TEXTS = [
 @pytest.fixture(scope="module")
 def encoder(splade_tiny: Path) -> SpladeEncoder:
     return SpladeEncoder(
-        splade_tiny, max_length_doc=MAX_LENGTH_DOC, max_length_query=MAX_LENGTH_QUERY, batch_size=4
+        splade_tiny, EncoderOptions(max_length_doc=MAX_LENGTH_DOC, max_length_query=MAX_LENGTH_QUERY, batch_size=4)
     )
 
 
@@ -121,9 +122,9 @@ def test_empty_input(encoder: SpladeEncoder) -> None:
 
 def test_bad_settings(splade_tiny: Path, encoder: SpladeEncoder) -> None:
     with pytest.raises(VtreproError, match="exceeds"):
-        SpladeEncoder(splade_tiny, max_length_doc=4096)
+        SpladeEncoder(splade_tiny, EncoderOptions(max_length_doc=4096))
     with pytest.raises(VtreproError, match="batch_size"):
-        SpladeEncoder(splade_tiny, batch_size=0)
+        EncoderOptions(batch_size=0)
     with pytest.raises(ValueError, match="kind"):
         encoder.encode(["x"], "passage")
 
@@ -145,14 +146,14 @@ def test_other_architectures(architecture: str, splade_tiny: Path, tmp_path: Pat
     AutoModelForMaskedLM.from_config(AutoConfig.for_model(architecture, **ARCHITECTURES[architecture])).save_pretrained(tmp_path)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (tmp_path / name).symlink_to(splade_tiny / name)
-    encoder = SpladeEncoder(tmp_path, max_length_doc=MAX_LENGTH_DOC)
+    encoder = SpladeEncoder(tmp_path, EncoderOptions(max_length_doc=MAX_LENGTH_DOC))
     torch.testing.assert_close(encoder.max_logits(TEXTS), naive_max_logits(encoder, TEXTS, MAX_LENGTH_DOC), atol=1e-4, rtol=0)
 
 
 def test_a_bfloat16_body_keeps_the_head_in_float32_and_agrees_with_float32(tiny_encoder, splade_tiny, scifact_sample):
     """The half-precision path on CPU: the body in bfloat16, the head, pooling and bias in float32. Its vectors
     are their own tier: measured here on 60 SciFact documents, 99% of active terms shared on average."""
-    half = SpladeEncoder(splade_tiny, max_length_doc=256, dtype="bfloat16")
+    half = SpladeEncoder(splade_tiny, EncoderOptions(max_length_doc=256, dtype="bfloat16"))
     assert next(half.model.base_model.parameters()).dtype == torch.bfloat16
     assert half._decoder.weight.dtype == torch.float32 and half._decoder.bias.dtype == torch.float32
     texts = [document.contents for document in scifact_sample]
@@ -160,7 +161,7 @@ def test_a_bfloat16_body_keeps_the_head_in_float32_and_agrees_with_float32(tiny_
               for a, b in zip(tiny_encoder.encode(texts, "doc"), half.encode(texts, "doc"))]
     assert np.mean(shared) > 0.97 and min(shared) > 0.9, (np.mean(shared), min(shared))
     with pytest.raises(VtreproError, match="dtype must be one of float32, bfloat16, float16"):
-        SpladeEncoder(splade_tiny, dtype="int8")
+        EncoderOptions(dtype="int8")
 
 
 @pytest.mark.parametrize("screen", ["int8", "bfloat16"])
@@ -192,7 +193,7 @@ def test_a_screen_bounds_every_dense_max_pooled_logit(screen, scale):
 @pytest.mark.parametrize("projection", ["screened-int8", "screened-bfloat16"])
 def test_the_screened_projection_keeps_every_activated_column(splade_tiny, scifact_sample, tiny_encoder, projection):
     """Every column the dense path activates is computed exactly; the vectors equal the dense ones."""
-    screened = SpladeEncoder(splade_tiny, max_length_doc=256, projection=projection, device="cpu")
+    screened = SpladeEncoder(splade_tiny, EncoderOptions(max_length_doc=256, projection=projection), device="cpu")
     texts = [document.contents for document in scifact_sample]
     dense_logits = tiny_encoder.max_logits(texts, "doc")
     screened_logits = torch.cat([pooled for _, pooled in screened._pooled_batches(texts, "doc", screened=True)])

@@ -10,7 +10,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.encode.writer import encode_queries
+from vtrepro.encode.queries import encode_queries
 from vtrepro.model.idf import IDF_NAME, IdfQueryEncoder
 
 CORPUS = ["the cat sat on the mat", "the dog ran", "a cat and a dog"]
@@ -90,6 +90,7 @@ def test_inference_free_model_trains_indexes_and_evaluates_on_scifact(tmp_path: 
     from vtrepro.encode.writer import encode_corpus
     from vtrepro.evaluate.trec import evaluate_run
     from vtrepro.index.lucene import build_impact_index
+    from vtrepro.model.options import EncoderOptions
     from vtrepro.model.splade import SpladeEncoder
     from vtrepro.search.lucene import search_impact
     from vtrepro.training.recipe import load_recipe
@@ -113,7 +114,7 @@ def test_inference_free_model_trains_indexes_and_evaluates_on_scifact(tmp_path: 
     queries = IdfQueryEncoder.load(final)
     query_vectors = encode_queries(queries, dataset.queries("test"), tmp_path / "queries.jsonl")
     assert all(vector for vector in query_vectors.values())
-    documents = SpladeEncoder(final, max_length_doc=256, batch_size=64)
+    documents = SpladeEncoder(final, EncoderOptions(max_length_doc=256, batch_size=64))
     manifest = encode_corpus(documents, dataset.corpus(), tmp_path / "encoded", show_progress=False)
     assert manifest["complete"]
     build_impact_index(tmp_path / "encoded" / "vectors", tmp_path / "index")

@@ -23,6 +23,7 @@ import json, sys
 import numpy as np, torch
 from vtrepro.data.beir import load_dataset
 from vtrepro.model.projection import ROW_LEVELS
+from vtrepro.model.options import EncoderOptions
 from vtrepro.model.splade import SpladeEncoder
 
 generator = torch.Generator().manual_seed(0)
@@ -33,8 +34,8 @@ def exact_at(column_levels):
 
 model, data = sys.argv[1], sys.argv[2]
 texts = [document.contents for document in load_dataset("scifact", data).corpus()[:60]]
-dense = SpladeEncoder(model, max_length_doc=256, device="cpu").encode(texts, "doc")
-screened = SpladeEncoder(model, max_length_doc=256, device="cpu", projection="screened-int8")
+dense = SpladeEncoder(model, EncoderOptions(max_length_doc=256), device="cpu").encode(texts, "doc")
+screened = SpladeEncoder(model, EncoderOptions(max_length_doc=256, projection="screened-int8"), device="cpu")
 levels = screened.screened.upper_bounds.levels
 same = sum(bool(np.array_equal(a[0], b[0]) and np.allclose(a[1], b[1], rtol=1e-5, atol=0))
            for a, b in zip(dense, screened.encode(texts, "doc")))

@@ -19,13 +19,10 @@ from typing import Iterator, Mapping
 
 from vtrepro.core.cli import cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import read_jsonl, unsafe_character
+from vtrepro.encode.folder import EncodedFolder
+from vtrepro.encode.reader import Vector, load_vectors, read_vectors, vector_files
 
 FINGERPRINT_VERSION = b"vtrepro.vectors/1\n"
-MAX_IMPACT = 2**31 - 1
-"""Anserini stores an impact as a Lucene term frequency: a positive 32-bit integer."""
-
-Vector = dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -52,48 +49,6 @@ class VectorDiff:
     @property
     def identical(self) -> bool:
         return not (self.records_differing or self.only_in_first or self.only_in_second)
-
-
-def vector_files(folder: str | Path) -> list[Path]:
-    """The JSON-vector files Anserini reads from ``folder`` (``*.jsonl``, ``*.jsonl.gz``), hidden temp files skipped."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise VtreproError(f"{folder}: no such vector folder")
-    files = sorted(path for pattern in ("*.jsonl", "*.jsonl.gz") for path in folder.glob(pattern)
-                   if not path.name.startswith("."))
-    if not files:
-        raise VtreproError(f"{folder}: no *.jsonl vector files; point at an encoded corpus or a JsonVectorCollection folder")
-    return files
-
-
-def _checked_vector(path: Path, line: int, record: Mapping, allow_empty: bool) -> tuple[str, Vector]:
-    """(id, vector) of one JSON-vector record, refusing what Anserini would silently change.
-
-    An empty vector is refused for documents (Anserini drops the document) unless ``allow_empty`` (queries)."""
-    doc_id, vector = record.get("id"), record.get("vector")
-    if not isinstance(doc_id, str) or not doc_id or unsafe_character(doc_id):
-        raise VtreproError(f"{path}:{line}: 'id' must be a non-empty string without whitespace or control "
-                           f"characters, got {doc_id!r}; fix the id")
-    if not isinstance(record.get("contents", ""), str):
-        raise VtreproError(f"{path}:{line}: 'contents' must be a string, got {record['contents']!r:.40}")
-    if not isinstance(vector, dict) or not (vector or allow_empty):
-        raise VtreproError(f"{path}:{line}: 'vector' must be a non-empty object {{term: integer impact}} "
-                           "(Anserini drops a document without terms)")
-    for term, impact in vector.items():
-        if not term or unsafe_character(term):
-            raise VtreproError(f"{path}:{line}: term {term!r} is empty or holds whitespace or control characters; "
-                               "Anserini would split or drop it (python -m vtrepro.encode escapes such terms)")
-        if isinstance(impact, bool) or not isinstance(impact, int) or not 0 < impact <= MAX_IMPACT:
-            raise VtreproError(f"{path}:{line}: impact {impact!r} of term {term!r} must be an integer in "
-                               f"1..{MAX_IMPACT}; quantize the weights (python -m vtrepro.encode does)")
-    return doc_id, vector
-
-
-def read_vectors(files: list[Path] | Path, allow_empty: bool = False) -> Iterator[tuple[Path, int, str, Vector]]:
-    """Yield ``(file, line, id, vector)`` of every record, each checked; one file or several."""
-    for path in [files] if isinstance(files, Path) else files:
-        for line, record in read_jsonl(path):
-            yield (path, line, *_checked_vector(path, line, record, allow_empty))
 
 
 def _record_digest(record_id: str, vector: Vector) -> bytes:
@@ -152,16 +107,6 @@ def _locate_duplicate(paths: list[Path], allow_empty: bool) -> VtreproError:
     return VtreproError(f"{', '.join(map(str, paths))}: duplicate ids")
 
 
-def load_vectors(files: list[Path] | Path, allow_empty: bool = False) -> dict[str, Vector]:
-    """All vectors of the given files as ``{id: vector}`` (duplicates refused)."""
-    vectors: dict[str, Vector] = {}
-    for path, line, record_id, vector in read_vectors(files, allow_empty):
-        if record_id in vectors:
-            raise VtreproError(f"{path}:{line}: duplicate id '{record_id}'; remove one of them")
-        vectors[record_id] = vector
-    return vectors
-
-
 def compare_vectors(first: Mapping[str, Vector], second: Mapping[str, Vector]) -> VectorDiff:
     """Count the records and impacts that differ between two sets of vectors."""
     records_differing = impacts_differing = max_delta = total_delta = 0
@@ -187,7 +132,7 @@ def _files(path: Path) -> list[Path]:
     """The vector files of an encoded corpus folder (its ``vectors/``), a JSON-vector folder, or one file."""
     if path.is_file():
         return [path]
-    return vector_files(path / "vectors" if (path / "vectors").is_dir() else path)
+    return vector_files(EncodedFolder(path).vectors_or_root)
 
 
 @cli_entry

@@ -12,7 +12,7 @@ from typing import Iterable
 
 import numpy as np
 
-from vtrepro.encode.fingerprint import Vector
+from vtrepro.encode.reader import Vector
 from vtrepro.encode.vectors import EMPTY_DOCUMENT_TERM
 
 PERCENTILES = tuple(range(0, 101, 5))

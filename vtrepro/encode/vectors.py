@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import math
 import unicodedata
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Literal, Sequence
 
 import numpy as np
 
 from vtrepro.core.errors import VtreproError
+from vtrepro.core.options import Options, option
+from vtrepro.core.schema import Field
 
 Rounding = Literal["half-even", "half-up", "truncate"]
 ROUNDINGS: tuple[str, ...] = ("half-even", "half-up", "truncate")
@@ -21,9 +23,6 @@ MIN_SCALE, MAX_SCALE = 1.0, 10_000.0
 """The quantization scales a command line or spec takes. SPLADE weights are a few units at most: below 1 nearly
 all of them round to 0; 10,000 is 100 times the usual scale (Anserini's and SPLADE's 100, splade-v3's 51.2) and
 keeps the impacts of weights up to 200,000 within Lucene's 2^31 - 1."""
-SCALE_HELP = (f"quantization scale: impact = round(weight x scale), {MIN_SCALE:g} to {MAX_SCALE:g} (default 100, as "
-              "Anserini's SPLADE indexes): below 1 nearly every SPLADE weight rounds to 0; a scale that leaves every "
-              "document or every query without a term is refused")
 
 # Never produced by `escape_term` (its '%' is always followed by two hex digits), so it cannot
 # collide with a vocabulary term; it keeps documents with no active term in the index.
@@ -31,13 +30,22 @@ EMPTY_DOCUMENT_TERM = "%empty"
 
 
 @dataclass(frozen=True)
-class Quantization:
-    """Float weight -> integer impact: ``round(weight * scale)`` with the given rounding; zeros dropped."""
+class Quantization(Options):
+    """Float weight -> integer impact: ``round(weight * scale)`` with the given rounding; zeros dropped.
 
-    scale: float = 100.0
-    rounding: Rounding = "half-even"
+    Specs and command lines take the scales the field declares (:data:`MIN_SCALE` to :data:`MAX_SCALE`),
+    refused at their line or flag. Built in Python, any positive finite scale is taken: tests quantize
+    below 1 on purpose, to leave documents without a term.
+    """
 
-    def __post_init__(self) -> None:
+    scale: float = option(Field(
+        float, 100.0, minimum=MIN_SCALE, maximum=MAX_SCALE,
+        help=f"quantization scale: impact = round(weight x scale), {MIN_SCALE:g} to {MAX_SCALE:g} (100 as Anserini's "
+             "SPLADE indexes): below 1 nearly every SPLADE weight rounds to 0; a scale that leaves every document or "
+             "every query without a term is refused"))
+    rounding: Rounding = option(Field(str, "half-even", ROUNDINGS, help="weight rounding"))
+
+    def __post_init__(self) -> None:  # in place of the declared bounds: see the class docstring
         if not math.isfinite(self.scale) or self.scale <= 0:
             raise VtreproError(f"quantization scale must be a positive finite number, got {self.scale}")
         if self.rounding not in ROUNDINGS:
@@ -51,9 +59,6 @@ class Quantization:
         if self.rounding == "half-up":
             return np.floor(scaled + 0.5).astype(np.int64)
         return np.trunc(scaled).astype(np.int64)
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def _needs_escape(char: str) -> bool:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vtrepro.core.cli import quiet_transformers
 from vtrepro.core.errors import VtreproError
+from vtrepro.core.log import quiet_transformers
 
 # torch, transformers, safetensors and huggingface_hub are imported where a model is loaded or the Hub is
 # probed, on purpose: finding a model and checking availability (`--dry-run`, `--help`) stay fast.

@@ -1,5 +1,15 @@
-"""The encoder's named options, importable without torch (command lines and specs validate against them)."""
+"""The encoder's options, importable without torch: specs, the encode command and torchrun's command line
+are all read from :class:`EncoderOptions`, the one place each option's default and bounds are written.
+
+Adding an option is one field here (and its test): a spec's ``encoder:`` block, ``--flag-name`` on the
+encode command and :meth:`~vtrepro.core.options.Options.to_argv` for subprocesses take it from the field.
+"""
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vtrepro.core.options import Options, option
+from vtrepro.core.schema import MAX_BATCH_SIZE, MAX_TEXT_TOKENS, Field
 
 PRECISIONS = ("float32", "bfloat16", "float16")
 """Precisions of the encoder body; the head, pooling and bias stay float32."""
@@ -10,3 +20,38 @@ screen. None drops a column the dense projection activates; their quantized vect
 every run measured (weights may differ in float32's last bits)."""
 SCREENS = ("auto", "int8", "bfloat16")
 """The screens of the screened projection, ``auto`` choosing by device."""
+MAX_SORT_WINDOW = 100_000
+"""Most texts per sort window: a window is tokenized at once and its vectors held in memory (50 times the default)."""
+
+
+@dataclass(frozen=True)
+class EncoderOptions(Options):
+    """How a SPLADE encoder (:class:`vtrepro.model.splade.SpladeEncoder`) reads and computes texts.
+
+    A text's float32 weights depend on the batch it shares (padded length, matrix shapes), so the batch
+    size and sort window are settings of the vectors, like the lengths and the precision. A half-precision
+    ``dtype`` gives other vectors than float32 (their own pins in a spec); a screened ``projection`` gave
+    float32's quantized vectors in every run measured. Lengths beyond the model's positions are refused
+    where the model is loaded.
+    """
+
+    max_length_doc: int = option(Field(int, 512, minimum=1, maximum=MAX_TEXT_TOKENS,
+                                       help=f"tokens per document, at most {MAX_TEXT_TOKENS} and the model's positions"))
+    max_length_query: int = option(Field(int, 64, minimum=1, maximum=MAX_TEXT_TOKENS,
+                                         help=f"tokens per query, at most {MAX_TEXT_TOKENS} and the model's positions"))
+    batch_size: int = option(Field(int, 32, minimum=1, maximum=MAX_BATCH_SIZE,
+                                   help=f"texts per batch, 1 to {MAX_BATCH_SIZE}"))
+    sort_window: int = option(Field(
+        int, 2000, minimum=1, maximum=MAX_SORT_WINDOW,
+        help=f"texts sorted by length into batches together, 1 to {MAX_SORT_WINDOW}; vectors depend on it, so it is "
+             "part of the settings. Give processes whole windows: a multiple of it as --shard-size"))
+    """Texts are tokenized and sorted by length into batches within consecutive windows of this many texts,
+    so batches are a function of the input order, this window and the batch size alone; windows also bound
+    memory."""
+    dtype: str = option(Field(str, "float32", PRECISIONS,
+                              help="precision of the encoder body; head, pooling and bias stay float32"))
+    projection: str = option(Field(
+        str, "dense", PROJECTIONS,
+        help="screened: a low-precision pass with a rigorous error bound picks the columns that can activate, "
+             "computed exactly in float32; its screen is int8 on CPU and bfloat16 on GPUs, or named "
+             "(screened-int8, screened-bfloat16); see docs/performance.md"))

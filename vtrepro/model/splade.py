@@ -18,7 +18,7 @@ from torch import nn
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.progress import Progress
 from vtrepro.model.loading import load_masked_lm
-from vtrepro.model.options import PRECISIONS, PROJECTIONS
+from vtrepro.model.options import PRECISIONS, EncoderOptions
 from vtrepro.model.projection import ScreenedProjection, dense_max_logits
 
 if TYPE_CHECKING:
@@ -27,11 +27,6 @@ if TYPE_CHECKING:
 Kind = Literal["doc", "query"]
 SparseVector = tuple[np.ndarray, np.ndarray]
 
-SORT_WINDOW = 2000
-"""Texts are tokenized and sorted by length into batches within consecutive windows of this many texts.
-
-A text's float32 weights depend on the batch it shares (padded length, matrix shapes), so batches are a
-function of the input order, this window and the batch size alone; windows also bound memory."""
 HEAD_TOLERANCE = 1e-4
 UNBOUNDED_LENGTH = 1_000_000
 DTYPES = dict(zip(PRECISIONS, (torch.float32, torch.bfloat16, torch.float16)))
@@ -89,44 +84,33 @@ def splade_activation(max_logits: torch.Tensor) -> torch.Tensor:
 class SpladeEncoder:
     """Encode texts into sparse SPLADE vectors with any ``AutoModelForMaskedLM`` checkpoint.
 
-    ``vocabulary[i]`` is the token of term id ``i``. Output vectors never hold special tokens, nor the
-    ids of output rows beyond the tokenizer (padding rows some models add to their vocabulary matrix).
+    ``options`` say how texts are truncated, batched and computed (lengths beyond the model's positions
+    are refused here); ``device`` is checked by :func:`check_device`. ``vocabulary[i]`` is the token of
+    term id ``i``. Output vectors never hold special tokens, nor the ids of output rows beyond the
+    tokenizer (padding rows some models add to their vocabulary matrix).
     """
 
     def __init__(
         self,
         model: str | Path,
+        options: EncoderOptions = EncoderOptions(),
         *,
         model_dir: str | Path | None = None,
-        max_length_doc: int = 512,
-        max_length_query: int = 64,
-        batch_size: int = 32,
-        sort_window: int = SORT_WINDOW,
         trust_remote_code: bool = False,
         device: str | None = None,
-        dtype: str = "float32",
-        projection: str = "dense",
     ) -> None:
-        for name, value in (("max_length_doc", max_length_doc), ("max_length_query", max_length_query),
-                            ("batch_size", batch_size), ("sort_window", sort_window)):
-            if value < 1:
-                raise VtreproError(f"{name} must be at least 1, got {value}")
-        self.device, self.dtype = check_device(device), dtype
+        self.options = options
+        self.device = check_device(device)
         self.model, self.tokenizer = load_masked_lm(model, model_dir, trust_remote_code)
-        for value in (max_length_doc, max_length_query):
+        for value in (options.max_length_doc, options.max_length_query):
             _check_max_length(str(model), self.model, self.tokenizer, value)
-        self.max_length_doc, self.max_length_query, self.batch_size = max_length_doc, max_length_query, batch_size
-        self.sort_window = sort_window
         self.vocabulary: list[str] = list(self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer)))))
         self.special_ids: frozenset[int] = frozenset(self.tokenizer.all_special_ids)
         self._decoder = self.model.get_output_embeddings()
         self._head_transform = mlm_head_transform(str(model), self.model, self.tokenizer)
-        self._to_device(dtype)
-        if projection not in PROJECTIONS:
-            raise VtreproError(f"projection must be one of {', '.join(PROJECTIONS)}, got {projection!r}")
-        self.projection = projection
-        screen = projection.removeprefix("screened").removeprefix("-") or "auto"
-        self.screened = ScreenedProjection(self._decoder, screen) if projection != "dense" else None
+        self._to_device(options.dtype)
+        screen = options.projection.removeprefix("screened").removeprefix("-") or "auto"
+        self.screened = ScreenedProjection(self._decoder, screen) if options.projection != "dense" else None
         self.projection_seconds = 0.0  # time spent in the vocabulary projection (read by the benchmark)
         self._dropped_ids = torch.tensor(
             sorted(self.special_ids | set(range(len(self.tokenizer), self._decoder.out_features))), dtype=torch.long
@@ -135,8 +119,6 @@ class SpladeEncoder:
     def _to_device(self, dtype: str) -> None:
         """Move the model to the device; a half-precision body keeps the head in float32 (a tied decoder
         gets its own float32 copy of the embeddings first)."""
-        if dtype not in DTYPES:
-            raise VtreproError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         if dtype != "float32":
             self._decoder.weight = nn.Parameter(self._decoder.weight.detach().clone(), requires_grad=False)
             self.model.base_model.to(DTYPES[dtype])
@@ -174,20 +156,20 @@ class SpladeEncoder:
 
     def _max_length(self, kind: Kind) -> int:
         if kind == "doc":
-            return self.max_length_doc
+            return self.options.max_length_doc
         if kind == "query":
-            return self.max_length_query
+            return self.options.max_length_query
         raise ValueError(f"kind must be 'doc' or 'query', got {kind!r}")
 
     def _sorted_batches(self, texts: Sequence[str], max_length: int) -> Iterator[tuple[list[int], BatchEncoding]]:
         """Tokenize windows of texts and batch each window's texts by token length (longest first)."""
-        window = self.sort_window
+        window, batch_size = self.options.sort_window, self.options.batch_size
         for window_start in range(0, len(texts), window):
             window_texts = list(texts[window_start : window_start + window])
             encoded = self.tokenizer(window_texts, truncation=True, max_length=max_length)
             order = sorted(range(len(window_texts)), key=lambda i: -len(encoded["input_ids"][i]))
-            for batch_start in range(0, len(order), self.batch_size):
-                members = order[batch_start : batch_start + self.batch_size]
+            for batch_start in range(0, len(order), batch_size):
+                members = order[batch_start : batch_start + batch_size]
                 batch = self.tokenizer.pad(
                     {key: [values[i] for i in members] for key, values in encoded.items()}, return_tensors="pt"
                 )
