@@ -8,9 +8,9 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from vtrepro.training.mlm import GROUP_TEXTS, group_texts, mask_tokens, run_mlm, selection_rates
+from vtrepro.training.mlm import GROUP_TEXTS, MlmOptions, group_texts, mask_tokens, run_mlm, selection_rates
 from vtrepro.training.schedule import lr_factor
-from vtrepro.vocabulary.transfer import run_transfer
+from vtrepro.vocabulary.transfer import TransferOptions, run_transfer
 
 
 def test_new_tokens_are_selected_twice_as_often_at_the_same_overall_rate() -> None:
@@ -46,12 +46,12 @@ def test_cosine_schedule_after_the_warm_up() -> None:
 
 def test_authors_preset_reads_the_new_tokens_of_a_transfer(splade_tiny: Path, data_dir: Path, tmp_path: Path) -> None:
     transferred = tmp_path / "vt"
-    report = run_transfer(splade_tiny, splade_tiny, splade_tiny, "topology", transferred,
-                          leaveout={"fraction": 0.1, "seed": 0})
+    report = run_transfer(splade_tiny, transferred, TransferOptions(str(splade_tiny), str(splade_tiny), "topology",
+                                                                    leaveout={"fraction": 0.1, "seed": 0}))
     assert report["new_ids"]
-    mlm = run_mlm(transferred, tmp_path / "mlm", preset="authors", schedule="cosine", dataset="scifact",
-                  data_dir=data_dir, steps=3, max_length=64, batch_size=4, mask_rate=0.3, warmup_steps=1,
-                  max_texts=60)
+    options = MlmOptions(preset="authors", schedule="cosine", dataset="scifact", steps=3, max_length=64, batch_size=4,
+                         mask_rate=0.3, warmup_steps=1)
+    mlm = run_mlm(transferred, tmp_path / "mlm", options, data_dir=data_dir, max_texts=60)
     assert (mlm["preset"], mlm["rows"], mlm["new_token_weight"], mlm["schedule"]) == (
         "authors", "blocks of concatenated texts", 2.0, "cosine")
     assert json.loads((tmp_path / "mlm" / "mlm_report.json").read_text())["steps"] == 3

@@ -98,17 +98,17 @@ def test_shipped_recipes_validate() -> None:
     assert tiny.data["format"] == "beir" and tiny.loss["ranking"] == "infonce"
     for init in ("topology", "random"):  # regressions/vt_leaveout_splade_tiny_ft.yaml compares them
         leaveout = load_recipe(f"vt_leaveout_{init}_nfcorpus")
-        assert leaveout.stages[0].options["leaveout"] == {"fraction": 0.1, "seed": 0}
-        assert leaveout.stages[0].options["init"] == init
+        assert leaveout.stages[0].options.to_dict()["leaveout"] == {"fraction": 0.1, "seed": 0}
+        assert leaveout.stages[0].options.to_dict()["init"] == init
         assert (leaveout.model, leaveout.data, leaveout.loss, leaveout.training) == (
             tiny.model, tiny.data, tiny.loss, tiny.training)  # trained exactly like splade-tiny
     paper = load_recipe("modernbert_vt")
     assert [stage.name for stage in paper.stages] == ["transfer", "mlm", "calibrate"]
     assert paper.loss["ranking"] == "margin_mse" and paper.data["format"] == "msmarco"
-    assert paper.stages[1].options["steps"] == 20_000 and paper.stages[2].options["cut_percent"] == 60
-    assert [stage.options["preset"] for stage in paper.stages] == ["authors"] * 3
+    assert paper.stages[1].options.to_dict()["steps"] == 20_000 and paper.stages[2].options.to_dict()["cut_percent"] == 60
+    assert [stage.options.to_dict()["preset"] for stage in paper.stages] == ["authors"] * 3
     own = load_recipe("modernbert_vt_vtrepro")
-    assert [stage.options["preset"] for stage in own.stages] == ["vtrepro"] * 3 and own.loss["lambda_q"] == 0.5
+    assert [stage.options.to_dict()["preset"] for stage in own.stages] == ["vtrepro"] * 3 and own.loss["lambda_q"] == 0.5
 
 
 @pytest.mark.parametrize("recipe", sorted(path.stem for path in RECIPES.glob("*.yaml")))
@@ -318,15 +318,17 @@ def test_flops_regularization_lowers_active_terms(tmp_path, splade_tiny, nfcorpu
 
 
 def test_mlm_adaptation_lowers_loss_and_saves_a_loadable_model(tmp_path, splade_tiny, data_dir) -> None:
+    from vtrepro.model.options import EncoderOptions
     from vtrepro.model.splade import SpladeEncoder
-    from vtrepro.training.mlm import run_mlm
+    from vtrepro.training.mlm import MlmOptions, run_mlm
 
-    report = run_mlm(splade_tiny, tmp_path / "mlm", dataset="scifact", data_dir=data_dir, steps=12, max_length=64,
-                     lr=1e-3, batch_size=8, max_texts=16, seed=3)
+    options = MlmOptions(dataset="scifact", steps=12, max_length=64, lr=1e-3, batch_size=8, seed=3)
+    report = run_mlm(splade_tiny, tmp_path / "mlm", options, data_dir=data_dir, max_texts=16)
     assert report["texts"] == 16 and len(report["losses"]) == 12
     assert report["loss_last_10_percent"] < 0.8 * report["loss_first_10_percent"]
     assert json.loads((tmp_path / "mlm" / "mlm_report.json").read_text())["steps"] == 12
-    ids, weights = SpladeEncoder(tmp_path / "mlm", max_length_doc=64).encode(["heart attack causes"], kind="doc")[0]
+    encoder = SpladeEncoder(tmp_path / "mlm", EncoderOptions(max_length_doc=64))
+    ids, weights = encoder.encode(["heart attack causes"], kind="doc")[0]
     assert len(ids) > 0 and (weights > 0).all()
 
 

@@ -6,6 +6,7 @@ import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from vtrepro.data.beir import load_dataset
+from vtrepro.model.options import EncoderOptions
 from vtrepro.model.splade import SpladeEncoder
 from vtrepro.regress.runner import main as regress
 from vtrepro.vocabulary.calibrate import activity, pooled_logits
@@ -27,7 +28,7 @@ def shifted_copy(source, shift: float, folder):
 
 def test_calibrated_shifted_models_match_the_original(tmp_path, splade_tiny, data_dir):
     texts = [document.contents for document in load_dataset("scifact", data_dir).corpus()[:CALIBRATION_DOCS]]
-    original = activity(pooled_logits(SpladeEncoder(splade_tiny, max_length_doc=MAX_LENGTH), texts), 0.0)
+    original = activity(pooled_logits(SpladeEncoder(splade_tiny, EncoderOptions(max_length_doc=MAX_LENGTH)), texts), 0.0)
     cut = round(100 * (1 - original["positive_share"]), 4)
     conditions = {"original": f"    model: {splade_tiny}\n"}
     for name, shift in (("dense", 2.0), ("dead", -2.0)):

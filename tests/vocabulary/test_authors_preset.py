@@ -15,7 +15,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, ModernBertConfig, 
 from vtrepro.core.checkpoints import save_checkpoint
 from vtrepro.vocabulary.gpt2 import write_round_trip_source
 from vtrepro.vocabulary.presets import AUTHORS_CONFIG_TOKENS
-from vtrepro.vocabulary.transfer import REPORT_NAME, main
+from vtrepro.vocabulary.transfer import TRANSFER_REPORT, main
 
 pytestmark = pytest.mark.slow  # three real transfers of a 50k-token vocabulary, about 25 s each
 
@@ -74,7 +74,7 @@ def test_authors_preset_reproduces_the_released_transform(source: str, bpe_sourc
     assert code == 0
     expected = released_transform(bpe_sources[source], splade_tiny)
     model = AutoModelForMaskedLM.from_pretrained(out)
-    report = json.loads((out / REPORT_NAME).read_text())
+    report = json.loads((out / TRANSFER_REPORT).read_text())
     assert report["new_ids"] == expected["new"]  # the same overlap set
     assert report["options"]["preset"] == "authors" and report["options"]["matching"] == "focus"
     got = {"embeddings": model.get_input_embeddings().weight, "decoder": model.get_output_embeddings().weight,

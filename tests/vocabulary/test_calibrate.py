@@ -10,9 +10,11 @@ import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from vtrepro.data.beir import load_dataset
+from vtrepro.model.options import EncoderOptions
 from vtrepro.model.splade import SpladeEncoder
 from vtrepro.vocabulary.calibrate import (
-    REPORT_NAME,
+    CALIBRATION_REPORT,
+    CalibrationOptions,
     activity,
     calibrate_bias,
     main,
@@ -32,7 +34,7 @@ def texts(data_dir: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def encoder(splade_tiny: Path) -> SpladeEncoder:
-    return SpladeEncoder(splade_tiny, max_length_doc=MAX_LENGTH, batch_size=64)
+    return SpladeEncoder(splade_tiny, EncoderOptions(max_length_doc=MAX_LENGTH, batch_size=64))
 
 
 def test_thresholds_and_activity_on_known_logits() -> None:
@@ -58,7 +60,7 @@ def test_apc_brings_shifted_biases_back(encoder: SpladeEncoder, texts: list[str]
         for shift in (2.0, -2.0):
             with torch.no_grad():
                 bias.copy_(saved + shift)
-            delta, report = calibrate_bias(encoder, texts, cut_percent=cut)
+            delta, report = calibrate_bias(encoder, texts, CalibrationOptions(dataset="scifact", cut_percent=cut))
             before, after = report["before"]["active_mean"], report["after"]["active_mean"]
             rows.append(f"{shift:+.0f}: {before} -> {after} (delta {delta:+.3f}, "
                         f"dead {report['before']['dead_share']:.3f} -> {report['after']['dead_share']:.3f})")
@@ -82,7 +84,7 @@ def test_command_line_saves_the_shifted_checkpoint(
     args = ["--model", str(splade_tiny), "--corpus", str(corpus), "--docs", "30", "--max-length", "64"]
     assert main([*args, "--target-terms", "40", "--out", str(out)]) == 0
     assert re.search(r"^encode documents: 30 doc in [\d.]+ s \([\d.]+ doc/s\)$", capsys.readouterr().err, re.MULTILINE)
-    report = json.loads((out / REPORT_NAME).read_text())
+    report = json.loads((out / CALIBRATION_REPORT).read_text())
     assert report["documents"] == report["sample_documents"] == 30
     assert report["after"]["active_mean"] == pytest.approx(40, abs=1)
     calibrated = AutoModelForMaskedLM.from_pretrained(out).get_output_embeddings().bias
@@ -109,11 +111,11 @@ def test_authors_preset_cuts_at_the_sampled_percentile_of_every_logit(splade_tin
                  str(data_dir), "--docs", "128", "--cut-percent", "60", "--max-length", str(MAX_LENGTH),
                  "--output", str(tmp_path / "apc")])
     assert code == 0
-    report = json.loads((tmp_path / "apc" / REPORT_NAME).read_text())
+    report = json.loads((tmp_path / "apc" / CALIBRATION_REPORT).read_text())
     assert report["sampling"] == {"preset": "authors", "group_docs": 64, "per_group": 20_000,
                                   "max_samples": 1_000_000, "seed": 42, "documents_read": 128}
     texts = [document.text for document in load_dataset("scifact", data_dir).corpus()[:128]]
-    every_logit = SpladeEncoder(splade_tiny, max_length_doc=MAX_LENGTH).max_logits(texts).flatten().double()
+    every_logit = SpladeEncoder(splade_tiny, EncoderOptions(max_length_doc=MAX_LENGTH)).max_logits(texts).flatten().double()
     exact = torch.quantile(every_logit, 0.6).item()
     # 40,000 draws: the 60th percentile's sampling error is about 0.02 logits here (0.018 measured at 80,000)
     assert abs(-report["delta"] - exact) < 0.06

@@ -25,12 +25,13 @@ from transformers import (
 from vtrepro.core.errors import VtreproError
 from vtrepro.data.beir import load_dataset
 from vtrepro.model.loading import load_masked_lm
+from vtrepro.model.options import EncoderOptions
 from vtrepro.model.splade import SpladeEncoder
 from vtrepro.vocabulary.leaveout import make_leaveout_source
 from vtrepro.vocabulary.matching import decode_byte_level, match_vocabularies
 from vtrepro.vocabulary.target import load_reference, load_tokenizer
 from vtrepro.vocabulary.topology import sparse_sparsemax, sparsemax
-from vtrepro.vocabulary.transfer import INITS, REPORT_NAME, main, run_transfer, transfer_vocabulary
+from vtrepro.vocabulary.transfer import INITS, TRANSFER_REPORT, TransferOptions, main, run_transfer, transfer_vocabulary
 
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 SENTENCE = "Paris hosts the Café de Flore; vitamin D deficiency increases fracture risk."
@@ -87,7 +88,7 @@ def test_identity_transfer_keeps_every_weight(splade, splade_tiny: Path) -> None
     expected = {name: tensor.clone() for name, tensor in model.state_dict().items()}
     embeddings, bias = load_reference(splade_tiny, tokenizer)
     assert bias is not None
-    model, report = transfer_vocabulary(model, tokenizer, tokenizer, embeddings, bias, init="topology")
+    model, report = transfer_vocabulary(model, tokenizer, tokenizer, embeddings, bias, TransferOptions(init="topology"))
     assert report["counts"] == {"special": 5, "exact": 30517, "merged": 0, "new": 0, "merged_sources_mean": 0.0}
     assert (report["bias"]["scale"], report["bias"]["shift"]) == (1.0, 0.0)
     assert_same_weights(expected, model)
@@ -96,7 +97,7 @@ def test_identity_transfer_keeps_every_weight(splade, splade_tiny: Path) -> None
 def test_identity_through_the_command_line(splade, splade_tiny: Path, tmp_path: Path) -> None:
     out = tmp_path / "identity"
     assert main(["--source", str(splade_tiny), "--target-tokenizer", str(splade_tiny), "--out", str(out)]) == 0
-    report = json.loads((out / REPORT_NAME).read_text())
+    report = json.loads((out / TRANSFER_REPORT).read_text())
     assert report["counts"]["exact"] == 30517 and report["counts"]["new"] == 0
     assert report["reference"] == str(splade_tiny)
     assert_same_weights(splade[0].state_dict(), AutoModelForMaskedLM.from_pretrained(out))
@@ -206,7 +207,7 @@ def test_architectures_transfer_onto_bert_uncased(
     source.save_pretrained(source_dir)
     bpe_tokenizer.save_pretrained(source_dir)
     reference_dir = minilm if reference == "minilm" else splade_tiny
-    report = run_transfer(source_dir, splade_tiny, reference_dir, "topology", out)
+    report = run_transfer(source_dir, out, TransferOptions(str(splade_tiny), str(reference_dir), "topology"))
     assert report["vocabulary"] == {"source": 2000, "target": 30522}
     assert report["counts"]["merged"] > 100 and report["counts"]["exact"] > 100
     assert report["decoder"] == ("untied" if kind == "bert-untied" else "tied")
@@ -234,7 +235,7 @@ def test_architectures_transfer_onto_bert_uncased(
             batch = tokenizer([SENTENCE, "short"], padding=True, return_tensors="pt")
             torch.testing.assert_close(in_memory(**batch).logits, model.eval()(**batch).logits)
 
-    encoder = SpladeEncoder(out, max_length_doc=128, max_length_query=32)
+    encoder = SpladeEncoder(out, EncoderOptions(max_length_doc=128, max_length_query=32))
     term_ids, weights = encoder.encode([SENTENCE], kind="doc")[0]
     assert encoder.max_logits([SENTENCE]).shape == (1, 30522)
     assert len(term_ids) > 0 and torch.isfinite(torch.from_numpy(weights)).all()
@@ -246,7 +247,7 @@ def test_ablation_inits_run_without_reference_bias(init: str, bpe_tokenizer, spl
     source = tiny_model("bert-untied", len(bpe_tokenizer))
     embeddings, bias = load_reference(minilm, splade[1])
     assert bias is None  # MiniLM has no MLM head: the bias is transferred like the rows
-    model, report = transfer_vocabulary(source, bpe_tokenizer, splade[1], embeddings, None, init=init)
+    model, report = transfer_vocabulary(source, bpe_tokenizer, splade[1], embeddings, None, TransferOptions(init=init))
     for tensor in (model.get_input_embeddings().weight, model.get_output_embeddings().weight,
                    model.get_output_embeddings().bias):
         assert tensor.shape[0] == 30522 and torch.isfinite(tensor).all()
@@ -301,7 +302,8 @@ def test_leaveout_rows_are_rebuilt_best_by_topology(splade, splade_tiny: Path, m
     embeddings, _ = load_reference(minilm, tokenizer)
     cosine = {}
     for init in INITS:
-        model, report = transfer_vocabulary(copy.deepcopy(source), source_tokenizer, tokenizer, embeddings, init=init)
+        model, report = transfer_vocabulary(copy.deepcopy(source), source_tokenizer, tokenizer, embeddings,
+                                            options=TransferOptions(init=init))
         assert report["counts"]["new"] == len(held)
         rebuilt = model.get_input_embeddings().weight[held_ids]
         cosine[init] = F.cosine_similarity(rebuilt, truth, dim=1).mean().item()
@@ -312,21 +314,21 @@ def test_leaveout_rows_are_rebuilt_best_by_topology(splade, splade_tiny: Path, m
 
 @pytest.mark.slow
 def test_leaveout_transfer_equals_transfer_from_saved_source(splade_tiny: Path, minilm: Path, tmp_path: Path) -> None:
-    """``run_transfer(leaveout=...)`` (spec and recipe path) builds bit-for-bit the model a saved and
+    """``run_transfer`` with ``leaveout`` options (spec and recipe path) builds bit-for-bit the model a saved and
     reloaded leave-out source gives, so the pinned leave-out figures hold for both."""
     source, source_tokenizer, held = make_leaveout_source(splade_tiny, fraction=0.1, seed=0)
     source.save_pretrained(tmp_path / "source")
     source_tokenizer.save_pretrained(tmp_path / "source")
-    run_transfer(tmp_path / "source", splade_tiny, minilm, "topology", tmp_path / "from-folder")
-    report = run_transfer(splade_tiny, splade_tiny, minilm, "topology", tmp_path / "in-memory",
-                          leaveout={"fraction": 0.1, "seed": 0})
+    options = TransferOptions(str(splade_tiny), str(minilm), "topology")
+    run_transfer(tmp_path / "source", tmp_path / "from-folder", options)
+    report = run_transfer(splade_tiny, tmp_path / "in-memory", options.replace(leaveout={"fraction": 0.1, "seed": 0}))
     assert report["leaveout"] == {"fraction": 0.1, "seed": 0, "held_out": held}
     assert report["counts"]["new"] == len(held)
     expected = AutoModelForMaskedLM.from_pretrained(tmp_path / "from-folder").state_dict()
     observed = AutoModelForMaskedLM.from_pretrained(tmp_path / "in-memory").state_dict()
     assert expected.keys() == observed.keys()
     assert all(torch.equal(expected[name], observed[name]) for name in expected)
-    assert json.loads((tmp_path / "in-memory" / REPORT_NAME).read_text())["leaveout"]["held_out"] == held
+    assert json.loads((tmp_path / "in-memory" / TRANSFER_REPORT).read_text())["leaveout"]["held_out"] == held
 
 
 def test_leaveout_command_line_rejects_a_bad_fraction(splade_tiny: Path, tmp_path: Path, capsys) -> None:
@@ -348,7 +350,7 @@ def test_command_line_logs_one_line_per_step_with_its_rate(splade_tiny: Path, tm
     assert main(["--source", str(splade_tiny), "--target-tokenizer", str(splade_tiny), "--leaveout", "0.1",
                  "--similarity", "pmi", "--out", str(out)]) == 0
     lines = capfd.readouterr().err.splitlines()
-    new = json.loads((out / REPORT_NAME).read_text())["counts"]["new"]
+    new = json.loads((out / TRANSFER_REPORT).read_text())["counts"]["new"]
     steps = [("match vocabularies", 30522), ("topology prior (pmi)", new), ("topology weights", new)]
     assert len(lines) == len(steps) + 1 and lines[-1].startswith(f"{out}: "), lines
     for line, (step, count) in zip(lines, steps):

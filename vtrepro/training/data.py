@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import random
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -36,6 +36,8 @@ from vtrepro.data.beir import load_dataset
 from vtrepro.data.texts import read_tsv_texts
 from vtrepro.index.lucene import build_bm25_index
 from vtrepro.search.lucene import search_bm25
+
+logger = logging.getLogger(__name__)
 
 NEGATIVES_FORMAT = "vtrepro.bm25-negatives/1"
 MINING_CHUNK = 256
@@ -199,18 +201,22 @@ def with_teacher(data: PairTrainingSet, path: str | Path) -> PairTrainingSet:
 # ---------------------------------------------------------------------------- BEIR
 
 
-def beir_training_set(
-    dataset: str,
-    data_dir: str | Path | None,
-    split: str,
-    negatives: int,
-    mining: str,
-    depth: int,
-    cache_dir: Path,
-    min_relevance: int = 1,
-    bm25: tuple[float, float] = (0.9, 0.4),
-) -> PairTrainingSet:
-    """Pairs from a BEIR split's qrels (relevance >= ``min_relevance``) with BM25-mined (or no) negatives."""
+@dataclass(frozen=True)
+class BeirPairs:
+    """Which pairs a BEIR split's qrels give and how their hard negatives are found (a recipe's beir data)."""
+
+    negatives: int  # hard negatives per query
+    mining: str = "bm25"  # "bm25": the top BM25 hits minus the judged documents; "none": no negatives
+    depth: int = 100  # BM25 hits mined per query
+    min_relevance: int = 1  # the least qrels relevance of a positive pair
+    bm25: tuple[float, float] = (0.9, 0.4)  # k1 and b of the mining index
+
+
+def beir_training_set(dataset: str, data_dir: str | Path | None, split: str, pairs_from: BeirPairs,
+                      cache_dir: Path) -> PairTrainingSet:
+    """Pairs from a BEIR split's qrels with BM25-mined (or no) negatives, as ``pairs_from`` says (mined
+    negatives cached in ``cache_dir``)."""
+    negatives, min_relevance = pairs_from.negatives, pairs_from.min_relevance
     beir = load_dataset(dataset, data_dir)
     qrels = beir.qrels(split)
     queries = beir.queries(split)
@@ -222,8 +228,8 @@ def beir_training_set(
         raise VtreproError(f"dataset {dataset}: qrels/{split}.tsv has no pair with relevance >= {min_relevance} "
                            "whose document is in the corpus")
     pools: dict[str, list[str]] = {}
-    if mining == "bm25":
-        pools = mine_bm25_negatives(beir.name, corpus, queries, qrels, depth, cache_dir, bm25)
+    if pairs_from.mining == "bm25":
+        pools = mine_bm25_negatives(beir.name, corpus, queries, qrels, pairs_from.depth, cache_dir, pairs_from.bm25)
         if negatives:
             pairs = [(qid, doc_id) for qid, doc_id in pairs if pools.get(qid)]
     summary = {"examples": len(pairs), "queries": len({qid for qid, _ in pairs}), "documents": len(documents)}
@@ -246,7 +252,7 @@ def mine_bm25_negatives(
 
     index_dir = cache_dir / f"bm25-index-{name.replace('/', '_')}"
     if not index_dir.is_dir():  # indexes are built beside and renamed into place: present = complete
-        print(f"mining BM25 negatives: indexing {len(corpus)} documents", file=sys.stderr)
+        logger.info(f"mining BM25 negatives: indexing {len(corpus)} documents")
         build_bm25_index(((document.doc_id, document.contents) for document in corpus), index_dir)
     wanted = [(qid, text) for qid, text in queries.items() if qid in qrels]
     pools = {}

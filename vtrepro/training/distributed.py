@@ -1,8 +1,7 @@
-"""The processes of a run: one alone or the ranks of a torchrun job (DDP, gloo on CPU, nccl on GPU),
+"""The processes of a training run (a :class:`~vtrepro.core.processes.ProcessGroup`, DDP under torchrun):
 their device, collectives, rank-0-first work, and the random states a checkpoint keeps per process."""
 from __future__ import annotations
 
-import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -16,42 +15,25 @@ import torch.distributed as dist
 from torch import Tensor
 
 from vtrepro.core.errors import VtreproError
+from vtrepro.core.processes import ProcessGroup, local_gpu
 from vtrepro.training.run_folder import FAILED_NAME
 
 POLL_SECONDS = 5.0
+COLLECTIVE_TIMEOUT = timedelta(minutes=30)
+"""How long a collective of a training job waits for the slowest process."""
 
 
-@dataclass
-class Processes:
-    """This process's place in a torchrun job (or a lone process) and its device."""
+@dataclass(frozen=True)
+class Processes(ProcessGroup):
+    """This process's place in a training job, with its device: its GPU when there is one, else the CPU."""
 
-    rank: int = 0
-    world: int = 1
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
 
     @classmethod
     def start(cls) -> Processes:
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        if world > 1:
-            dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timedelta(minutes=30))
-            return cls(dist.get_rank(), world, device)
-        return cls(0, 1, device)
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-    def barrier(self) -> None:
-        if self.world > 1:
-            dist.barrier()
-
-    def close(self) -> None:
-        if self.world > 1:
-            dist.destroy_process_group()
+        device = torch.device(local_gpu() or "cpu")
+        group = ProcessGroup.join(str(device), timeout=COLLECTIVE_TIMEOUT)
+        return cls(group.rank, group.world, device)
 
     def gather(self, tensor: Tensor) -> Tensor:
         """Every process's rows, in rank order; this process's rows keep their gradient."""

@@ -7,8 +7,11 @@ from pathlib import Path
 from vtrepro.core.errors import VtreproError
 from vtrepro.data.availability import dataset_availability, file_availability
 from vtrepro.model.loading import model_availability
+from vtrepro.training.mlm import MlmOptions
 from vtrepro.training.recipe import Recipe
 from vtrepro.training.run_folder import latest_checkpoint, stage_dir
+from vtrepro.vocabulary.calibrate import CalibrationOptions
+from vtrepro.vocabulary.transfer import TransferOptions
 
 
 def required_inputs(recipe: Recipe, output: Path) -> list[tuple[str, str, str]]:
@@ -24,13 +27,14 @@ def required_inputs(recipe: Recipe, output: Path) -> list[tuple[str, str, str]]:
         stage, label = recipe.stages[index], f"stage {index + 1} ({recipe.stages[index].name})"
         if index == 0:
             inputs.append((label, "model", recipe.model))
-        if stage.name == "transfer":
-            inputs.append((label, "model", stage.options["target_tokenizer"]))
-            if stage.options["reference"]:
-                inputs.append((label, "model", stage.options["reference"]))
-        else:
-            corpus = stage.options["dataset"] or stage.options["corpus"]
-            inputs.append((label, "dataset" if stage.options["dataset"] else "file", corpus))
+        options = stage.options
+        if isinstance(options, TransferOptions):
+            inputs.append((label, "model", options.target_tokenizer))
+            if options.reference:
+                inputs.append((label, "model", options.reference))
+        elif isinstance(options, (MlmOptions, CalibrationOptions)):
+            corpus = options.dataset or options.corpus
+            inputs.append((label, "dataset" if options.dataset else "file", str(corpus)))
     if training_done:
         return inputs
     data = recipe.data

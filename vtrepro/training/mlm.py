@@ -1,6 +1,6 @@
 """MLM adaptation: continue masked-language-model training of a checkpoint on a text corpus.
 
-``python -m vtrepro mlm --model M --dataset msmarco --steps 20000 --out DIR`` trains with the model's
+``python -m vtrepro mlm --model M --dataset msmarco --steps 20000 --output DIR`` trains with the model's
 own tokenizer (BERT masking: of the ``--mask-rate`` selected tokens, 80% become the mask token, 10% a
 random token, 10% stay) and saves an HF folder (model, tokenizer, ``mlm_report.json``) to ``DIR``.
 Texts are visited in seeded per-epoch permutations and masks are drawn from a generator seeded by
@@ -17,29 +17,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from vtrepro.core.checkpoints import check_out, save_checkpoint
-from vtrepro.core.cli import (
-    add_checkpoint_arguments,
-    add_options,
-    cli_entry,
-    command_parser,
-    options_from,
-    positive_int,
-    quiet_transformers,
-)
+from vtrepro.core.cli import add_checkpoint_arguments, cli_entry, command_parser, positive_int
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output
+from vtrepro.core.log import quiet_transformers
+from vtrepro.core.options import Options, option
 from vtrepro.core.progress import Progress
 from vtrepro.core.schema import MAX_BATCH_SIZE, MAX_TEXT_TOKENS, Field
 from vtrepro.data.texts import dataset_or_file_texts
 from vtrepro.model.loading import check_text_lengths, load_masked_lm, resolve_model, text_length_limit
 from vtrepro.training.data import permutation
 from vtrepro.training.schedule import SCHEDULES, lr_factor
+from vtrepro.vocabulary.presets import PRESET_NAMES
 
 # torch, the model loader (transformers) and the trainer are imported where they are used, on
 # purpose: `--help` and argument errors stay fast.
@@ -47,34 +43,56 @@ if TYPE_CHECKING:
     import torch
     from torch import Tensor
 
-REPORT_NAME = "mlm_report.json"
+logger = logging.getLogger(__name__)
+
+MLM_REPORT = "mlm_report.json"
 RANDOM_SHARE = 0.1
 KEEP_SHARE = 0.1
-PRESETS = ("vtrepro", "authors")
 GROUP_TEXTS = 1000
 """Texts concatenated together before cutting blocks (Hugging Face ``run_mlm.py``'s map batch)."""
 AUTHORS_NEW_TOKEN_WEIGHT = 2.0
 TRANSFER_REPORT = "transfer_report.json"
 
-MLM_OPTIONS = {
-    "dataset": Field(str, None, nullable=True),
-    "corpus": Field(str, None, nullable=True),
-    "steps": Field(int, 1000, minimum=1, help="optimizer steps"),
-    "mask_rate": Field(float, 0.15, above=0, maximum=1, help="share of tokens masked, in (0, 1]"),
-    "max_length": Field(int, 128, minimum=8, maximum=MAX_TEXT_TOKENS,
-                        help=f"tokens per text, 8 to {MAX_TEXT_TOKENS} and at most the model's positions"),
-    "lr": Field(float, 5e-5, above=0, help="peak learning rate"),
-    "batch_size": Field(int, 32, minimum=1, maximum=MAX_BATCH_SIZE, help=f"texts per step, 1 to {MAX_BATCH_SIZE}"),
-    "warmup_steps": Field(int, 0, minimum=0, help="linear warm-up steps"),
-    "precision": Field(str, "fp32", ("fp32", "bf16"), help="autocast precision"),
-    "seed": Field(int, 0, minimum=0, help="seed of text order and masks"),
-    "schedule": Field(str, "linear", SCHEDULES, help="learning-rate decay after the warm-up"),
-    "preset": Field(str, "vtrepro", PRESETS,
-                    help="authors: 128-token blocks of concatenated texts and new tokens masked twice as often "
-                         "(run_vt.sh); vtrepro: one truncated text per row, uniform masking"),
-}
-"""What MLM adaptation takes, in a recipe's mlm stage and on the command line alike (:func:`run_mlm`'s
-keywords; one of ``dataset``/``corpus``)."""
+DTYPES = ("float32", "bfloat16")
+"""Training precisions: float32, or bfloat16 autocast (float32 weights)."""
+OLD_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+"""The old spelling of each dtype (``precision: fp32|bf16``), read with a deprecation notice."""
+
+
+@dataclass(frozen=True)
+class MlmOptions(Options):
+    """What MLM adaptation takes, in a recipe's mlm stage and on the command line alike (exactly one of
+    ``dataset``/``corpus``)."""
+
+    RENAMED = {"precision": "dtype"}
+    RENAMED_VALUES = {"dtype": OLD_DTYPES}
+
+    dataset: str | None = option(Field(str, None, nullable=True))
+    corpus: str | None = option(Field(str, None, nullable=True))
+    steps: int = option(Field(int, 1000, minimum=1, help="optimizer steps"))
+    mask_rate: float = option(Field(float, 0.15, above=0, maximum=1, help="share of tokens masked, in (0, 1]"))
+    max_length: int = option(Field(int, 128, minimum=8, maximum=MAX_TEXT_TOKENS,
+                                   help=f"tokens per text, 8 to {MAX_TEXT_TOKENS} and at most the model's positions"))
+    lr: float = option(Field(float, 5e-5, above=0, help="peak learning rate"))
+    batch_size: int = option(Field(int, 32, minimum=1, maximum=MAX_BATCH_SIZE,
+                                   help=f"texts per step, 1 to {MAX_BATCH_SIZE}"))
+    warmup_steps: int = option(Field(int, 0, minimum=0, help="linear warm-up steps"))
+    dtype: str = option(Field(str, "float32", DTYPES, help="float32, or bfloat16 autocast"))
+    seed: int = option(Field(int, 0, minimum=0, help="seed of text order and masks"))
+    schedule: str = option(Field(str, "linear", SCHEDULES, help="learning-rate decay after the warm-up"))
+    preset: str = option(Field(str, "vtrepro", PRESET_NAMES,
+                               help="authors: 128-token blocks of concatenated texts and new tokens masked twice as "
+                                    "often (run_vt.sh); vtrepro: one truncated text per row, uniform masking"))
+
+    def conflict(self) -> tuple[str | None, str] | None:
+        if (self.dataset is None) == (self.corpus is None):
+            return None, "needs exactly one of 'dataset' (BEIR name) and 'corpus' (a file)"
+        return None
+
+    @property
+    def released_recipe(self) -> bool:
+        """Whether it trains as the paper's run_vt.sh: blocks of concatenated texts, new tokens masked twice as often."""
+        return self.preset == "authors"
 
 
 def selection_rates(input_ids: Tensor, special: Tensor, mask_rate: float, new_ids: Tensor | None = None,
@@ -135,13 +153,12 @@ def new_token_ids(model: str | Path, model_dir: str | Path | None) -> list[int]:
     return [int(index) for index in json.loads(report.read_text(encoding="utf-8"))["new_ids"]]
 
 
-def train_mlm(model: Any, tokenizer: Any, texts: Sequence[str], steps: int, mask_rate: float = 0.15,
-              max_length: int = 128, lr: float = 5e-5, batch_size: int = 32, warmup_steps: int = 0,
-              weight_decay: float = 0.01, precision: str = "fp32", seed: int = 0, show_progress: bool = True,
-              schedule: str = "linear", new_ids: Sequence[int] | None = None, grouped: bool = False,
+def train_mlm(model: Any, tokenizer: Any, texts: Sequence[str], options: MlmOptions,
+              new_ids: Sequence[int] | None = None, *, weight_decay: float = 0.01, show_progress: bool = True,
               ) -> list[float]:
-    """Train ``model`` in place for ``steps`` batches of ``texts`` (or, ``grouped``, of blocks of
-    concatenated texts); with ``new_ids`` those tokens are masked twice as often. Returns every step's loss."""
+    """Train ``model`` in place for ``options.steps`` batches of ``texts`` (or, for the released recipe, of
+    blocks of concatenated texts); with ``new_ids`` those tokens are masked twice as often. Returns every
+    step's loss."""
     import torch
 
     if tokenizer.mask_token_id is None:
@@ -150,10 +167,11 @@ def train_mlm(model: Any, tokenizer: Any, texts: Sequence[str], steps: int, mask
         raise VtreproError("MLM training needs at least one text")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(schedule, warmup_steps, steps))
+    steps, batch_size, max_length, seed = options.steps, options.batch_size, options.max_length, options.seed
+    optimizer = torch.optim.AdamW(model.parameters(), lr=options.lr, weight_decay=weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(options.schedule, options.warmup_steps, steps))
     vocab_size = len(tokenizer)
-    blocks = group_texts(tokenizer, texts, max_length) if grouped else None
+    blocks = group_texts(tokenizer, texts, max_length) if options.released_recipe else None
     rows = len(blocks) if blocks is not None else len(texts)
     new = torch.tensor(sorted(new_ids)) if new_ids is not None else None
     special_ids = torch.tensor(sorted(tokenizer.all_special_ids))
@@ -171,11 +189,11 @@ def train_mlm(model: Any, tokenizer: Any, texts: Sequence[str], steps: int, mask
                                     max_length=max_length, return_special_tokens_mask=True, return_tensors="pt")
                 special = encoded.pop("special_tokens_mask").bool() | ~encoded["attention_mask"].bool()
             generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
-            rates = selection_rates(encoded["input_ids"], special, mask_rate, new, AUTHORS_NEW_TOKEN_WEIGHT)
+            rates = selection_rates(encoded["input_ids"], special, options.mask_rate, new, AUTHORS_NEW_TOKEN_WEIGHT)
             encoded["input_ids"], labels = mask_tokens(encoded["input_ids"], special, rates,
                                                        tokenizer.mask_token_id, vocab_size, generator)
             inputs = {key: value.to(device) for key, value in encoded.items()}
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=options.dtype == "bfloat16"):
                 loss = model(**inputs, labels=labels.to(device)).loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -191,61 +209,46 @@ def train_mlm(model: Any, tokenizer: Any, texts: Sequence[str], steps: int, mask
 def run_mlm(
     model: str | Path,
     out: str | Path,
+    options: MlmOptions,
     *,
-    steps: int = 1000,
-    dataset: str | None = None,
-    corpus: str | Path | None = None,
     data_dir: str | Path | None = None,
-    mask_rate: float = 0.15,
-    max_length: int = 128,
-    lr: float = 5e-5,
-    batch_size: int = 32,
-    warmup_steps: int = 0,
-    precision: str = "fp32",
-    seed: int = 0,
-    schedule: str = "linear",
-    preset: str = "vtrepro",
     max_texts: int | None = None,
     model_dir: str | Path | None = None,
     trust_remote_code: bool = False,
 ) -> dict[str, Any]:
-    """Adapt ``model`` on a BEIR corpus or a corpus file and save it with ``mlm_report.json`` to ``out``."""
-    if (dataset is None) == (corpus is None):
-        raise VtreproError("give exactly one of --dataset and --corpus")
-    if steps < 1 or batch_size < 1 or max_length < 8 or not 0 < mask_rate <= 1:
-        raise VtreproError("need steps >= 1, batch size >= 1, max length >= 8 and 0 < mask rate <= 1")
-    if corpus is not None and not Path(corpus).is_file():
-        raise VtreproError(f"corpus file {corpus} not found")
-    if preset not in PRESETS or schedule not in SCHEDULES:
-        raise VtreproError(f"--preset must be one of {', '.join(PRESETS)} and --schedule one of {', '.join(SCHEDULES)}")
-    check_text_lengths({"max length": max_length}, text_length_limit(model, model_dir), model)
-    authors = preset == "authors"
+    """Adapt ``model`` on the BEIR corpus or corpus file ``options`` name (its first ``max_texts`` texts) and
+    save it with ``mlm_report.json`` to ``out``."""
+    if options.corpus is not None and not Path(options.corpus).is_file():
+        raise VtreproError(f"corpus file {options.corpus} not found")
+    check_text_lengths({"max length": options.max_length}, text_length_limit(model, model_dir), model)
+    authors = options.released_recipe
     new_ids = new_token_ids(model, model_dir) if authors else None
     check_out(out)
-    texts = list(dataset_or_file_texts(str(corpus if corpus is not None else dataset), data_dir))[:max_texts]
+    source = options.corpus if options.corpus is not None else str(options.dataset)
+    texts = list(dataset_or_file_texts(source, data_dir))[:max_texts]
     mlm, tokenizer = load_masked_lm(model, model_dir, trust_remote_code)
     started = time.perf_counter()
-    history = train_mlm(mlm, tokenizer, texts, steps, mask_rate, max_length, lr, batch_size, warmup_steps,
-                        precision=precision, seed=seed, schedule=schedule, new_ids=new_ids, grouped=authors)
-    tenth = max(1, steps // 10)
+    history = train_mlm(mlm, tokenizer, texts, options, new_ids)
+    tenth = max(1, options.steps // 10)
     report = {
-        "model": str(model), "dataset": dataset, "corpus": None if corpus is None else str(corpus), "texts": len(texts),
-        "steps": steps, "mask_rate": mask_rate, "max_length": max_length, "lr": lr, "batch_size": batch_size,
-        "warmup_steps": warmup_steps, "precision": precision, "seed": seed, "schedule": schedule, "preset": preset,
+        "model": str(model), **{key: getattr(options, key) for key in ("dataset", "corpus")}, "texts": len(texts),
+        **{key: getattr(options, key) for key in ("steps", "mask_rate", "max_length", "lr", "batch_size",
+                                                  "warmup_steps", "dtype", "seed", "schedule", "preset")},
         "rows": "blocks of concatenated texts" if authors else "one truncated text each",
         "new_token_weight": AUTHORS_NEW_TOKEN_WEIGHT if authors else 1.0,
         "loss_first_10_percent": round(sum(history[:tenth]) / tenth, 4),
         "loss_last_10_percent": round(sum(history[-tenth:]) / tenth, 4),
         "seconds": round(time.perf_counter() - started, 1), "losses": [round(value, 4) for value in history],
     }
-    save_checkpoint(out, mlm.cpu().eval(), tokenizer, {REPORT_NAME: report})
+    save_checkpoint(out, mlm.cpu().eval(), tokenizer, {MLM_REPORT: report})
     return report
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("mlm", __doc__)
     add_checkpoint_arguments(parser, "masked-LM checkpoint", "the training texts")
-    add_options(parser, MLM_OPTIONS, [name for name in MLM_OPTIONS if name not in ("dataset", "corpus")])
+    MlmOptions.add_arguments(parser, [name for name in MlmOptions.schema() if name not in ("dataset", "corpus")])
+    parser.add_argument("--precision", choices=tuple(OLD_DTYPES), default=None, help=argparse.SUPPRESS)  # old --dtype
     parser.add_argument("--max-texts", type=positive_int, default=None, help="use only the first N texts of the corpus")
     parser.add_argument("--trust-remote-code", action="store_true", help="allow the model's own code to run")
     return parser
@@ -254,9 +257,13 @@ def build_parser() -> argparse.ArgumentParser:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    check_output(args.out, [resolve_model(args.model, args.model_dir), args.dataset, args.corpus], kind="folder")
-    report = run_mlm(args.model, args.out, data_dir=args.data_dir, max_texts=args.max_texts, model_dir=args.model_dir,
-                     trust_remote_code=args.trust_remote_code, **options_from(args, MLM_OPTIONS))
-    print(f"{args.out}: {report['steps']} steps on {report['texts']} texts, loss {report['loss_first_10_percent']} -> "
-          f"{report['loss_last_10_percent']} in {report['seconds']} s", file=sys.stderr)
+    check_output(args.output, [resolve_model(args.model, args.model_dir), args.dataset, args.corpus], kind="folder")
+    if args.precision is not None:
+        logger.warning(f"--precision {args.precision} is deprecated; write --dtype {OLD_DTYPES[args.precision]}")
+        args.dtype = OLD_DTYPES[args.precision]
+    args.corpus = None if args.corpus is None else str(args.corpus)  # a path in words, as a recipe gives it
+    report = run_mlm(args.model, args.output, MlmOptions.from_args(args), data_dir=args.data_dir, max_texts=args.max_texts,
+                     model_dir=args.model_dir, trust_remote_code=args.trust_remote_code)
+    logger.info(f"{args.output}: {report['steps']} steps on {report['texts']} texts, loss {report['loss_first_10_percent']} -> "
+                f"{report['loss_last_10_percent']} in {report['seconds']} s")
     return 0

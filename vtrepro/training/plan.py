@@ -9,9 +9,12 @@ import torch
 
 from vtrepro.model.loading import check_text_lengths, position_limit, resolve_model, text_length_limit
 from vtrepro.training.inputs import availability, required_inputs
+from vtrepro.training.mlm import MlmOptions
 from vtrepro.training.recipe import Recipe
 from vtrepro.training.run_folder import stage_dir
-from vtrepro.training.stages import STAGE_OPTIONS, Stage
+from vtrepro.training.stages import Stage
+from vtrepro.vocabulary.calibrate import CalibrationOptions
+from vtrepro.vocabulary.transfer import TransferOptions
 
 # transformers is imported only for the cost estimate, on purpose: `train --help` stays fast.
 
@@ -54,8 +57,8 @@ def check_recipe_lengths(recipe: Recipe, model_dir) -> None:
     if config is not None:
         limit = position_limit(config.to_dict())
     lengths = {f"training.{key}": recipe.training[key] for key in ("max_length_query", "max_length_doc")}
-    lengths |= {f"stages[{index}].{stage.name}.max_length": stage.options["max_length"]
-                for index, stage in enumerate(recipe.stages) if "max_length" in stage.options}
+    lengths |= {f"stages[{index}].{stage.name}.max_length": stage.options.max_length
+                for index, stage in enumerate(recipe.stages) if isinstance(stage.options, (MlmOptions, CalibrationOptions))}
     check_text_lengths(lengths, limit, recipe.model, f"{recipe.path}: ")
 
 
@@ -78,27 +81,25 @@ def estimate_cost(recipe: Recipe, model_dir, gpu_tflops: float) -> list[str]:
     if config is None:
         return [f"cost: unknown (no local config for {recipe.model}; put it under --model-dir for an estimate)"]
     for stage in recipe.stages:
-        if stage.name == "transfer":
-            target = _architecture(stage.options["target_tokenizer"], model_dir)
+        if isinstance(stage.options, TransferOptions):
+            target = _architecture(stage.options.target_tokenizer, model_dir)
             if target is None:
-                return [f"cost: unknown (vocabulary size of {stage.options['target_tokenizer']} not known offline)"]
+                return [f"cost: unknown (vocabulary size of {stage.options.target_tokenizer} not known offline)"]
             config.vocab_size, config.pad_token_id = target.vocab_size, target.pad_token_id
     per_token, parameters = flops_per_token(config)
     lines = [f"model: {config.model_type}, {parameters / 1e6:.1f}M parameters (vocabulary {config.vocab_size}, "
              f"hidden {config.hidden_size}); ~{per_token / 1e9:.2f} GFLOP per training token"]
     total = 0.0
     for stage in recipe.stages:
-        if stage.name == "mlm":
-            options = stage.options
-            flop = per_token * options["steps"] * options["batch_size"] * options["max_length"]
-            lines.append(f"  mlm: {options['steps']} steps x {options['batch_size']} x {options['max_length']} tokens "
+        options = stage.options
+        if isinstance(options, MlmOptions):
+            flop = per_token * options.steps * options.batch_size * options.max_length
+            lines.append(f"  mlm: {options.steps} steps x {options.batch_size} x {options.max_length} tokens "
                          f"= {_flops(flop)}")
             total += flop
-        elif stage.name == "calibrate":
-            options = stage.options
-            flop = per_token / 3 * min(options["docs"], options["max_sample"]) * options["max_length"]
-            lines.append(f"  calibrate: {min(options['docs'], options['max_sample'])} documents = "
-                         f"{_flops(flop)}")
+        elif isinstance(options, CalibrationOptions):
+            flop = per_token / 3 * min(options.docs, options.max_sample) * options.max_length
+            lines.append(f"  calibrate: {min(options.docs, options.max_sample)} documents = {_flops(flop)}")
             total += flop
     training = recipe.training
     query_tokens = training["max_length_query"] if recipe.query_encoder == "splade" else 0
@@ -148,7 +149,7 @@ def describe_plan(recipe: Recipe, output: Path, data_dir, model_dir, gpu_tflops:
                  f"{loss['doc_regularizer']} d {loss['lambda_d']:g}, warm-up {loss['flops_warmup_steps']} steps")
     lines.append(f"   {training['steps']} steps x {training['batch_size']} queries, lr {training['lr']:g} "
                  f"({training['schedule']}, warm-up {training['lr_warmup_steps']}), max length q {training['max_length_query']} "
-                 f"/ d {training['max_length_doc']}, {training['precision']}, checkpoint every {training['save_every']}")
+                 f"/ d {training['max_length_doc']}, {training['dtype']}, checkpoint every {training['save_every']}")
     lines.append("inputs:")
     for label, kind, value in required_inputs(recipe, output):
         where, problem = availability(kind, value, data_dir, model_dir)
@@ -158,16 +159,7 @@ def describe_plan(recipe: Recipe, output: Path, data_dir, model_dir, gpu_tflops:
 
 def _stage_command(stage: Stage, model: str, out: Path) -> str:
     """The command line that runs ``stage`` alone: every option that differs from its default."""
-    flags = []
-    for name, value in stage.options.items():
-        field = STAGE_OPTIONS[stage.name][name]
-        if value is None or value == field.default:
-            continue
-        flag = "--" + name.replace("_", "-")
-        if name == "leaveout":
-            flags.append(f"--leaveout {value['fraction']} --leaveout-seed {value['seed']}")
-        elif field.kind is bool:
-            flags.append(flag if value else f"--no-{flag[2:]}")
-        else:
-            flags.append(f"{flag} {value}")
-    return " ".join(["python -m vtrepro", stage.name, "--model", model, *flags, "--output", str(out)])
+    options = stage.options
+    changed = [name for name, field in options.schema().items()
+               if getattr(options, name) is not None and getattr(options, name) != field.default]
+    return " ".join(["python -m vtrepro", stage.name, "--model", model, *options.to_argv(changed), "--output", str(out)])

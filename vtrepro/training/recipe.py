@@ -14,8 +14,10 @@ from typing import Any
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from vtrepro.core.errors import VtreproError
+from vtrepro.core.options import modernize
 from vtrepro.core.schema import MAX_BATCH_SIZE, MAX_TEXT_TOKENS, Checker, Field, read_mapping_file
-from vtrepro.search.lucene import MAX_K
+from vtrepro.search.runs import MAX_K
+from vtrepro.training.mlm import DTYPES, OLD_DTYPES
 from vtrepro.training.stages import STAGE_OPTIONS, Stage, read_stage
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "regressions" / "recipes"
@@ -56,12 +58,24 @@ _TRAINING = {
     "max_length_query": Field(int, 32, minimum=1, maximum=MAX_TEXT_TOKENS),
     "max_length_doc": Field(int, 256, minimum=1, maximum=MAX_TEXT_TOKENS),
     "dropout": Field(float, None, minimum=0, maximum=1, nullable=True),
-    "precision": Field(str, "fp32", ("fp32", "bf16")), "save_every": Field(int, 500, minimum=1),
+    "dtype": Field(str, "float32", DTYPES), "save_every": Field(int, 500, minimum=1),
     "keep_checkpoints": Field(int, 2, minimum=1), "seed": Field(int, 42, minimum=0),
     "cpu_threads": Field(int, None, minimum=1, nullable=True),
 }
+_TRAINING_RENAMED = {"precision": "dtype"}
+"""Old training keys, read with a deprecation notice (``dtype`` is spelled so in specs and the mlm stage too)."""
 # Settings that do not change the trained weights: a resumed run may differ in them.
 _NOT_FINGERPRINTED = {"description", "save_every", "keep_checkpoints", "cpu_threads"}
+
+
+def _fingerprint_spelling(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with ``dtype: float32|bfloat16`` written as before the rename (``precision: fp32|bf16``):
+    fingerprints stay those of the runs already trained, which resume and are found by regress."""
+    if "dtype" not in options:
+        return options
+    old_values = {new: old for old, new in OLD_DTYPES.items()}
+    renamed = {key: value for key, value in options.items() if key != "dtype"}
+    return {**renamed, "precision": old_values[options["dtype"]]}
 
 
 @dataclass(frozen=True)
@@ -81,7 +95,10 @@ class Recipe:
     def fingerprint(self) -> str:
         """SHA-256 of every setting that shapes the trained weights."""
         settings = {key: value for key, value in asdict(self).items() if key not in ("path", "name", "description")}
-        settings["training"] = {key: value for key, value in self.training.items() if key not in _NOT_FINGERPRINTED}
+        settings["training"] = _fingerprint_spelling(
+            {key: value for key, value in self.training.items() if key not in _NOT_FINGERPRINTED})
+        settings["stages"] = [{**stage, "options": _fingerprint_spelling(stage["options"])}
+                              for stage in settings["stages"]]
         return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
 
     @property
@@ -112,6 +129,8 @@ def load_recipe(recipe: str | Path) -> Recipe:
                          f"data.format must be one of {', '.join(_DATA_FORMATS)}")
     data = check.read(document, "data", {**_DATA_COMMON, **_DATA_FORMATS[data_node["format"]]}, "data")
     loss = check.read(document, "loss", _LOSS, "loss")
+    if isinstance(document.get("training"), CommentedMap):
+        modernize(check, document["training"], "training", _TRAINING_RENAMED, {"dtype": OLD_DTYPES})
     training = check.read(document, "training", _TRAINING, "training")
     stages = tuple(_read_stage(check, top["stages"], index) for index in range(len(top["stages"])))
     loaded = Recipe(path=path, name=path.stem, model=top["model"], data=data, loss=loss, training=training,

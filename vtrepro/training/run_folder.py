@@ -45,7 +45,7 @@ CUDA_RNG_BYTES = 16
 SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "U8": "uint8", "I64": "int64"}
 LOG_NAME = "train_log.jsonl"
 PLOT_NAME = "curves.png"
-REPORT_NAME = "training_report.json"
+TRAINING_REPORT = "training_report.json"
 FAILED_NAME = ".rank0-failed"
 PREPARED_NAME = ".prepared"
 

@@ -19,8 +19,8 @@ latest checkpoint with the same data order and losses. docs/training.md describe
 from __future__ import annotations
 
 import functools
+import logging
 import os
-import sys
 from pathlib import Path
 
 import torch
@@ -43,6 +43,8 @@ from vtrepro.training.recipe import Recipe, load_recipe
 from vtrepro.training.run_folder import FAILED_NAME, PREPARED_NAME, stage_dir
 from vtrepro.training.stages import run_stage
 from vtrepro.training.trainer import Trainer
+
+logger = logging.getLogger(__name__)
 
 
 def run_stages(recipe: Recipe, output: Path, data_dir, model_dir, processes: Processes) -> str:
@@ -72,8 +74,7 @@ def run_recipe(recipe: Recipe, output: Path, data_dir=None, model_dir=None) -> P
         final = output / "final"
         if final.is_dir():
             if processes.main:
-                print(f"{final} exists: training is complete (remove it, or choose another --output, to retrain)",
-                      file=sys.stderr)
+                logger.info(f"{final} exists: training is complete (remove it, or choose another --output, to retrain)")
             return final
         start = run_stages(recipe, output, data_dir, model_dir, processes)
         return Trainer(recipe, start, output, data_dir, model_dir, processes).train()
@@ -105,5 +106,5 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     final = run_recipe(recipe, output, args.data_dir, args.model_dir)
     if int(os.environ.get("RANK", "0")) == 0:
-        print(f"trained model: {final}", file=sys.stderr)
+        logger.info(f"trained model: {final}")
     return 0

@@ -3,9 +3,9 @@ and schedule, resumable checkpoints, the per-step log and the final model with i
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import cast
@@ -30,7 +30,7 @@ from vtrepro.training.run_folder import (
     LOG_NAME,
     PLOT_NAME,
     PREPARED_NAME,
-    REPORT_NAME,
+    TRAINING_REPORT,
     TrainerState,
     latest_checkpoint,
     plot_curves,
@@ -42,6 +42,8 @@ from vtrepro.training.run_folder import (
 from vtrepro.training.schedule import lr_factor
 from vtrepro.training.splade_model import SpladeModel, set_dropout
 
+logger = logging.getLogger(__name__)
+
 
 def build_training_set(recipe: Recipe, data_dir, cache_dir: Path):
     """The recipe's training examples (BM25 negatives mined into ``cache_dir`` once)."""
@@ -49,8 +51,8 @@ def build_training_set(recipe: Recipe, data_dir, cache_dir: Path):
     if data["format"] == "triples":
         return training_data.TriplesTrainingSet(data_path(data["path"], data_dir))
     if data["format"] == "beir":
-        examples = training_data.beir_training_set(data["dataset"], data_dir, data["split"], data["negatives"],
-                                                   data["mining"], data["depth"], cache_dir, data["min_relevance"])
+        pairs_from = training_data.BeirPairs(data["negatives"], data["mining"], data["depth"], data["min_relevance"])
+        examples = training_data.beir_training_set(data["dataset"], data_dir, data["split"], pairs_from, cache_dir)
     else:
         examples = training_data.msmarco_training_set(
             data_path(data["hard_negatives"], data_dir), data_path(data["collection"], data_dir),
@@ -106,12 +108,12 @@ class Trainer:
             self.scheduler.load_state_dict(self.state.scheduler)
             self.step = self.state.step
             if processes.main:
-                print(f"resuming from {self.checkpoint} (step {self.step})", file=sys.stderr)
+                logger.info(f"resuming from {self.checkpoint} (step {self.step})")
             if self.state.world == processes.world:
                 set_rng_state(self.state.rng[processes.rank])
             elif processes.main:
-                print(f"resuming a {self.state.world}-process run with {processes.world}: same data order, "
-                      "new dropout random streams", file=sys.stderr)
+                logger.warning(f"resuming a {self.state.world}-process run with {processes.world}: same data order, "
+                               "new dropout random streams")
         self.ddp: torch.nn.Module = self.model  # wrapped in DistributedDataParallel below when distributed
         if processes.world > 1:
             devices = [processes.device] if processes.device.type == "cuda" else None
@@ -125,8 +127,8 @@ class Trainer:
         saved = self.state.cpu_threads if self.state is not None else None
         threads = self.training["cpu_threads"] or saved or torch.get_num_threads()
         if saved and threads != saved and self.processes.main:
-            print(f"resuming a run trained with {saved} CPU threads with {threads} (training.cpu_threads): "
-                  "later steps will differ in their last bits", file=sys.stderr)
+            logger.warning(f"resuming a run trained with {saved} CPU threads with {threads} (training.cpu_threads): "
+                           "later steps will differ in their last bits")
         torch.set_num_threads(threads)
 
     def _load_model(self, start: str, model_dir) -> None:
@@ -176,7 +178,7 @@ class Trainer:
         queries = [example.query for example in examples]
         documents = [self._tokenize([text for example in examples for text in example.documents],
                                     training["max_length_doc"])]
-        with torch.autocast(processes.device.type, dtype=torch.bfloat16, enabled=training["precision"] == "bf16"):
+        with torch.autocast(processes.device.type, dtype=torch.bfloat16, enabled=training["dtype"] == "bfloat16"):
             if self.idf is None:
                 query_reps, doc_reps = self.ddp(self._tokenize(queries, training["max_length_query"]), *documents)
             else:
@@ -274,7 +276,7 @@ class Trainer:
                 "last_10_percent": {key: round(sum(record[key] for record in tail) / len(tail), 4)
                                     for key in ("loss", "ranking_loss", "flops_q", "flops_d", "active_q", "active_d")},
             }
-            checkpoints.save_checkpoint(final, self.model.mlm, self.tokenizer, {REPORT_NAME: report},
+            checkpoints.save_checkpoint(final, self.model.mlm, self.tokenizer, {TRAINING_REPORT: report},
                                         self._extra_files, replace=True)
             plot_curves(self.output / LOG_NAME, self.output / PLOT_NAME)
             for old in self.output.glob("checkpoint-*"):

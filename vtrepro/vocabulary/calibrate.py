@@ -1,6 +1,6 @@
 """Automatic post-hoc calibration (APC): shift a SPLADE model's decoder bias by one constant.
 
-``python -m vtrepro calibrate --model M --dataset scifact --cut-percent 60 --out DIR`` encodes a
+``python -m vtrepro calibrate --model M --dataset scifact --cut-percent 60 --output DIR`` encodes a
 seeded sample of the first ``--docs`` documents, picks ``delta`` and saves the model with
 ``bias + delta`` (plus its tokenizer and ``calibration_report.json``).
 
@@ -12,25 +12,23 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import sys
+import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence, cast
 
 from vtrepro.core.checkpoints import check_out, save_checkpoint
-from vtrepro.core.cli import (
-    add_checkpoint_arguments,
-    add_options,
-    cli_entry,
-    command_parser,
-    options_from,
-)
+from vtrepro.core.cli import add_checkpoint_arguments, cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output
+from vtrepro.core.options import Options, option
 from vtrepro.core.progress import Progress
 from vtrepro.core.schema import MAX_BATCH_SIZE, MAX_TEXT_TOKENS, Field
 from vtrepro.data.texts import corpus_texts, dataset_or_file_texts
 from vtrepro.model.loading import check_text_lengths, resolve_model, text_length_limit
+from vtrepro.model.options import EncoderOptions
+from vtrepro.vocabulary.presets import PRESET_NAMES
 
 # torch and the encoder (transformers) are imported where they are used, on purpose: `--help` and
 # argument errors stay fast.
@@ -40,7 +38,9 @@ if TYPE_CHECKING:
 
     from vtrepro.model.splade import Kind, SpladeEncoder
 
-REPORT_NAME = "calibration_report.json"
+logger = logging.getLogger(__name__)
+
+CALIBRATION_REPORT = "calibration_report.json"
 DEFAULT_CUT_PERCENT = 60.0
 DEFAULT_DOCS = 20_000
 DEFAULT_MAX_SAMPLE = 10_000
@@ -54,36 +54,60 @@ tokens); once it is, at most its vocabulary."""
 ENCODE_BATCH = 256
 ROW_CHUNK = 256
 FLOAT16_PATTERNS = 1 << 16
-PRESETS = ("vtrepro", "authors")
 AUTHORS_SAMPLING = {"group_docs": 64, "per_group": 20_000, "max_samples": 1_000_000, "seed": 42}
 """The released probe's sampling (probe_activation_percentiles.py at 887dd22, its defaults): per batch of
 64 documents, 20,000 max-pooled logits drawn with replacement, at most 1,000,000 in all, seed 42."""
 
-CALIBRATE_OPTIONS = {
-    "preset": Field(str, "vtrepro", PRESETS,
-                    help="authors: the released probe (document text without title, every vocabulary id, "
-                         "sampled percentile); vtrepro: exact quantile over non-special terms"),
-    "dataset": Field(str, None, nullable=True),
-    "corpus": Field(str, None, nullable=True),
-    "docs": Field(int, DEFAULT_DOCS, minimum=1, maximum=MAX_DOCS,
-                  help=f"calibrate on the first N documents, at most {MAX_DOCS:,}"),
-    "cut_percent": Field(float, None, above=0, below=100, nullable=True,
-                         help=f"share of document x term entries pushed to <= 0, between 0 and 100 "
-                              f"(default: {DEFAULT_CUT_PERCENT:g})"),
-    "target_terms": Field(float, None, above=0, maximum=MAX_VOCABULARY, nullable=True,
-                          help="mean active terms per document to reach, at most the model's vocabulary (its "
-                               "non-special tokens)"),
-    "max_length": Field(int, 512, minimum=1, maximum=MAX_TEXT_TOKENS,
-                        help=f"document max length in tokens, at most {MAX_TEXT_TOKENS} and the model's positions"),
-    "max_sample": Field(int, DEFAULT_MAX_SAMPLE, minimum=1, maximum=MAX_SAMPLE,
-                        help=f"documents encoded at most, up to {MAX_SAMPLE:,} (a seeded sample; float16 logits, "
-                             "10,000 x 30k ~ 0.6 GB)"),
-    "batch_size": Field(int, 32, minimum=1, maximum=MAX_BATCH_SIZE, help=f"texts per forward pass, 1 to {MAX_BATCH_SIZE}"),
-    "seed": Field(int, 0, minimum=0, help="seed of the document sample"),
-}
-"""What a calibration takes, in a spec's ``calibrate:`` block, a recipe's calibrate stage and on the
-command line alike (:func:`run_calibration`'s keywords; one of ``dataset``/``corpus``, at most one of
-``cut_percent``/``target_terms``)."""
+
+@dataclass(frozen=True)
+class CalibrationOptions(Options):
+    """What a calibration takes, in a spec's ``calibrate:`` block, a recipe's calibrate stage and on the
+    command line alike: the documents (exactly one of ``dataset``/``corpus``) and the cut (at most one of
+    ``cut_percent``/``target_terms``; neither is a cut of :data:`DEFAULT_CUT_PERCENT`)."""
+
+    preset: str = option(Field(str, "vtrepro", PRESET_NAMES,
+                               help="authors: the released probe (document text without title, every vocabulary id, "
+                                    "sampled percentile); vtrepro: exact quantile over non-special terms"))
+    dataset: str | None = option(Field(str, None, nullable=True))
+    corpus: str | None = option(Field(str, None, nullable=True))
+    docs: int = option(Field(int, DEFAULT_DOCS, minimum=1, maximum=MAX_DOCS,
+                             help=f"calibrate on the first N documents, at most {MAX_DOCS:,}"))
+    cut_percent: float | None = option(Field(float, None, above=0, below=100, nullable=True,
+                                             help=f"share of document x term entries pushed to <= 0, between 0 and "
+                                                  f"100 (default: {DEFAULT_CUT_PERCENT:g})"))
+    target_terms: float | None = option(Field(float, None, above=0, maximum=MAX_VOCABULARY, nullable=True,
+                                              help="mean active terms per document to reach, at most the model's "
+                                                   "vocabulary (its non-special tokens)"))
+    max_length: int = option(Field(int, EncoderOptions.max_length_doc, minimum=1, maximum=MAX_TEXT_TOKENS,
+                                   help=f"document max length in tokens, at most {MAX_TEXT_TOKENS} and the model's "
+                                        "positions"))
+    max_sample: int = option(Field(int, DEFAULT_MAX_SAMPLE, minimum=1, maximum=MAX_SAMPLE,
+                                   help=f"documents encoded at most, up to {MAX_SAMPLE:,} (a seeded sample; float16 "
+                                        "logits, 10,000 x 30k ~ 0.6 GB)"))
+    batch_size: int = option(Field(int, 32, minimum=1, maximum=MAX_BATCH_SIZE,
+                                   help=f"texts per forward pass, 1 to {MAX_BATCH_SIZE}"))
+    seed: int = option(Field(int, 0, minimum=0, help="seed of the document sample"))
+
+    def conflict(self) -> tuple[str | None, str] | None:
+        if (self.dataset is None) == (self.corpus is None):
+            return None, "needs exactly one of 'dataset' (BEIR name) and 'corpus' (a file)"
+        if self.cut_percent is not None and self.target_terms is not None:
+            return "target_terms", "takes one of 'cut_percent' and 'target_terms', not both"
+        if self.released_probe and self.target_terms is not None:
+            return "target_terms", "with preset authors calibrates by 'cut_percent' (the released probe has no target terms)"
+        return None
+
+    @property
+    def released_probe(self) -> bool:
+        """Whether the released probe calibrates: document text without titles, a sampled percentile of every id."""
+        return self.preset == "authors"
+
+    @property
+    def cut(self) -> float | None:
+        """The cut in percent: the given one, else :data:`DEFAULT_CUT_PERCENT` unless target terms are given."""
+        if self.target_terms is not None:
+            return None
+        return DEFAULT_CUT_PERCENT if self.cut_percent is None else self.cut_percent
 
 
 def sample_texts(texts: Sequence[str], max_sample: int, seed: int = 0) -> list[str]:
@@ -218,55 +242,40 @@ def sampled_percentile(encoder: SpladeEncoder, texts: Sequence[str], cut_percent
 def calibrate_bias(
     encoder_or_model: SpladeEncoder | str | Path,
     texts: Sequence[str],
-    cut_percent: float | None = None,
-    target_terms: float | None = None,
+    options: CalibrationOptions,
     query_texts: Sequence[str] | None = None,
-    max_sample: int = DEFAULT_MAX_SAMPLE,
-    seed: int = 0,
-    max_length: int = 512,
-    preset: str = "vtrepro",
 ) -> tuple[float, dict[str, Any]]:
-    """The bias shift ``delta`` and a before/after report on a seeded sample of ``texts``.
+    """The bias shift ``delta`` and a before/after report on a seeded sample of ``texts`` (the documents
+    ``options`` name, already read; a model is loaded with ``options.max_length``).
 
-    ``cut_percent``: ``delta = -quantile(max_logits, cut/100)``, so ``100 - cut`` % of the
-    document x term entries are positive. ``target_terms``: the delta whose mean number of active
-    terms per document is closest to it. Special tokens are never counted. ``preset="authors"`` takes
-    the cut from :func:`sampled_percentile` instead (as the released probe does); the report's
-    before/after figures are then measured on the documents it read.
+    A cut: ``delta = -quantile(max_logits, cut/100)``, so ``100 - cut`` % of the document x term
+    entries are positive. ``target_terms``: the delta whose mean number of active terms per document
+    is closest to it. Special tokens are never counted. The authors' preset takes the cut from
+    :func:`sampled_percentile` instead (as the released probe does); the report's before/after figures
+    are then measured on the documents it read.
     """
     from vtrepro.model.splade import SpladeEncoder
 
-    if (cut_percent is None) == (target_terms is None):
-        raise VtreproError("give exactly one of --cut-percent and --target-terms")
-    if cut_percent is not None and not 0 < cut_percent < 100:
-        raise VtreproError(f"--cut-percent must be between 0 and 100, got {cut_percent}")
-    if target_terms is not None and not target_terms > 0:
-        raise VtreproError(f"--target-terms must be > 0, got {target_terms}")
     if not texts:
         raise VtreproError("no documents to calibrate on")
-    if not 1 <= max_sample <= MAX_SAMPLE:
-        raise VtreproError(f"--max-sample must be in [1, {MAX_SAMPLE}], got {max_sample}")
-    if preset not in PRESETS:
-        raise VtreproError(f"unknown --preset '{preset}'; choose one of {', '.join(PRESETS)}")
-    if preset == "authors" and cut_percent is None:
-        raise VtreproError("--preset authors calibrates by --cut-percent (the released probe has no target terms)")
+    cut_percent, target_terms = options.cut, options.target_terms
     started = time.perf_counter()
     encoder = encoder_or_model if isinstance(encoder_or_model, SpladeEncoder) else SpladeEncoder(
-        encoder_or_model, max_length_doc=max_length)
+        encoder_or_model, EncoderOptions(max_length_doc=options.max_length))
     terms = len(term_ids(encoder))
     if target_terms is not None and target_terms > terms:
         raise VtreproError(f"--target-terms {target_terms:g} is more than the {terms} terms of the model's vocabulary "
                            f"(its non-special tokens), which no document can reach; use at most {terms}")
-    cut = cast(float, cut_percent)  # the cut when target_terms is None (exactly one is given, checked above)
-    if preset == "authors":  # the logits the sampling read serve the report too: each document is encoded once
+    cut = cast(float, cut_percent)  # the cut when target_terms is None (options.cut)
+    if options.released_probe:  # the logits the sampling read serve the report too: each document is encoded once
         threshold, logits = sampled_percentile(encoder, texts, cut, **AUTHORS_SAMPLING)
-        sampling = {"preset": preset, **AUTHORS_SAMPLING, "documents_read": len(logits)}
+        sampling = {"preset": options.preset, **AUTHORS_SAMPLING, "documents_read": len(logits)}
     else:
-        sampling = {"preset": preset, "max_sample": max_sample, "seed": seed}
-        logits = pooled_logits(encoder, sample_texts(texts, max_sample, seed))
+        sampling = {"preset": options.preset, "max_sample": options.max_sample, "seed": options.seed}
+        logits = pooled_logits(encoder, sample_texts(texts, options.max_sample, options.seed))
     query_logits = pooled_logits(encoder, list(query_texts), "query") if query_texts else None
     encoded = time.perf_counter()
-    if preset != "authors":
+    if not options.released_probe:
         threshold = threshold_for_terms(logits, target_terms) if target_terms is not None else threshold_for_cut(logits, cut)
     delta = -threshold
     report = {
@@ -299,51 +308,38 @@ def shift_bias(model: PreTrainedModel, delta: float) -> None:
 def run_calibration(
     model: str | Path,
     out: str | Path,
+    options: CalibrationOptions,
     *,
-    dataset: str | None = None,
-    corpus: str | Path | None = None,
-    data_dir: str | Path | None = None,
-    docs: int = DEFAULT_DOCS,
-    cut_percent: float | None = None,
-    target_terms: float | None = None,
-    max_length: int = 512,
-    max_sample: int = DEFAULT_MAX_SAMPLE,
     queries: str | Path | None = None,
-    batch_size: int = 32,
-    seed: int = 0,
+    data_dir: str | Path | None = None,
     model_dir: str | Path | None = None,
-    preset: str = "vtrepro",
 ) -> dict[str, Any]:
-    """Calibrate ``model`` on a corpus and save the shifted checkpoint with its report to ``out``."""
+    """Calibrate ``model`` on the documents ``options`` name and save the shifted checkpoint with its report
+    to ``out``; ``queries`` (a JSONL file) adds query-side FLOPS to the report."""
     from vtrepro.model.splade import SpladeEncoder
 
-    if (dataset is None) == (corpus is None):
-        raise VtreproError("give exactly one of --dataset and --corpus")
-    if not 1 <= docs <= MAX_DOCS:
-        raise VtreproError(f"--docs must be in [1, {MAX_DOCS}], got {docs}")
-    if cut_percent is None and target_terms is None:
-        cut_percent = DEFAULT_CUT_PERCENT
+    max_length, batch_size = options.max_length, options.batch_size
     check_text_lengths({"max length": max_length}, text_length_limit(model, model_dir), model)
     check_out(out)
-    source = str(corpus) if corpus is not None else str(dataset)
-    texts = list(itertools.islice(dataset_or_file_texts(source, data_dir, titles=preset != "authors"), docs))
+    source = options.corpus if options.corpus is not None else str(options.dataset)
+    texts = list(itertools.islice(dataset_or_file_texts(source, data_dir, titles=not options.released_probe),
+                                  options.docs))
     query_texts = list(corpus_texts(queries)) if queries else None
-    encoder = SpladeEncoder(model, model_dir=model_dir, max_length_doc=max_length, batch_size=batch_size)
-    delta, report = calibrate_bias(encoder, texts, cut_percent, target_terms, query_texts, max_sample, seed,
-                                   preset=preset)
-    report = {"model": str(model), "dataset": dataset, "corpus": None if corpus is None else str(corpus),
-              "max_length": max_length, "seed": seed, **report}
+    encoder = SpladeEncoder(model, EncoderOptions(max_length_doc=max_length, batch_size=batch_size), model_dir=model_dir)
+    delta, report = calibrate_bias(encoder, texts, options, query_texts)
+    report = {"model": str(model), "dataset": options.dataset, "corpus": options.corpus, "max_length": max_length,
+              "seed": options.seed, **report}
     shift_bias(encoder.model, delta)
-    save_checkpoint(out, encoder.model, encoder.tokenizer, {REPORT_NAME: report})
+    save_checkpoint(out, encoder.model, encoder.tokenizer, {CALIBRATION_REPORT: report})
     return report
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("calibrate", __doc__)
     add_checkpoint_arguments(parser, "SPLADE / masked-LM checkpoint", "the calibration documents (e.g. scifact)")
-    add_options(parser, CALIBRATE_OPTIONS, ["preset", "docs"])
-    add_options(parser.add_mutually_exclusive_group(), CALIBRATE_OPTIONS, ["cut_percent", "target_terms"])
-    add_options(parser, CALIBRATE_OPTIONS, ["max_length", "max_sample", "batch_size", "seed"])
+    CalibrationOptions.add_arguments(parser, ["preset", "docs"])
+    CalibrationOptions.add_arguments(parser.add_mutually_exclusive_group(), ["cut_percent", "target_terms"])
+    CalibrationOptions.add_arguments(parser, ["max_length", "max_sample", "batch_size", "seed"])
     parser.add_argument("--queries", type=Path, default=None, help="queries JSONL ('text') for query-side FLOPS")
     return parser
 
@@ -351,12 +347,14 @@ def build_parser() -> argparse.ArgumentParser:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    check_output(args.out, [resolve_model(args.model, args.model_dir), args.dataset, args.corpus, args.queries],
+    check_output(args.output, [resolve_model(args.model, args.model_dir), args.dataset, args.corpus, args.queries],
                  kind="folder")
-    report = run_calibration(args.model, args.out, data_dir=args.data_dir, queries=args.queries, model_dir=args.model_dir,
-                             **options_from(args, CALIBRATE_OPTIONS))
+    args.corpus = None if args.corpus is None else str(args.corpus)  # a path in words, as a spec or recipe gives it
+    options = CalibrationOptions.from_args(args)
+    report = run_calibration(args.model, args.output, options, queries=args.queries, data_dir=args.data_dir,
+                             model_dir=args.model_dir)
     before, after = report["before"], report["after"]
-    print(f"{args.out}: delta {report['delta']:+.4f}; active terms per doc {before['active_mean']} -> "
-          f"{after['active_mean']}, dead {before['dead_share']:.1%} -> {after['dead_share']:.1%}, "
-          f"FLOPS {before['flops']} -> {after['flops']}", file=sys.stderr)
+    logger.info(f"{args.output}: delta {report['delta']:+.4f}; active terms per doc {before['active_mean']} -> "
+                f"{after['active_mean']}, dead {before['dead_share']:.1%} -> {after['dead_share']:.1%}, "
+                f"FLOPS {before['flops']} -> {after['flops']}")
     return 0

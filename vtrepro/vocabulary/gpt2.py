@@ -12,7 +12,7 @@ from pathlib import Path
 from vtrepro.core.checkpoints import save_checkpoint
 from vtrepro.core.errors import VtreproError
 from vtrepro.model.loading import load_masked_lm
-from vtrepro.vocabulary.transfer import transfer_vocabulary
+from vtrepro.vocabulary.transfer import TransferOptions, transfer_vocabulary
 
 GPT2_BPE_SIZE = 50_262
 
@@ -52,6 +52,6 @@ def write_round_trip_source(model: str | Path, folder: str | Path, model_dir: st
     tokenizer_folder = write_gpt2_bpe_tokenizer(Path(folder).with_name(Path(folder).name + ".tokenizer"))
     bpe = AutoTokenizer.from_pretrained(tokenizer_folder)
     source, tokenizer = load_masked_lm(model, model_dir)
-    moved, _ = transfer_vocabulary(source, tokenizer, bpe, None, init="subword-mean")
+    moved, _ = transfer_vocabulary(source, tokenizer, bpe, None, options=TransferOptions(init="subword-mean"))
     save_checkpoint(folder, moved, bpe)
     return Path(folder)

@@ -8,6 +8,7 @@ mean overlap value.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from vtrepro.vocabulary.matching import (
@@ -20,7 +21,7 @@ from vtrepro.vocabulary.matching import (
     vocabulary_scheme,
 )
 from vtrepro.vocabulary.tables import as_matrix, as_table
-from vtrepro.vocabulary.topology import combine_rows, sparse_matrix, topology_weights
+from vtrepro.vocabulary.topology import DEFAULT_CHUNK_SIZE, combine_rows, sparse_matrix, topology_weights
 
 # torch and transformers are imported inside the functions, so importing this module stays fast (see transfer.py).
 if TYPE_CHECKING:
@@ -96,6 +97,19 @@ def _summary(values: Tensor) -> dict[str, float]:
     }
 
 
+@dataclass(frozen=True)
+class NewRows:
+    """How the rows of target tokens without a source match are made (``init`` and what it reads)."""
+
+    init: str  # topology, subword-mean, mean or random
+    temperature: float = 1.0  # topology: sparsemax temperature
+    similarity: str = "cosine"  # topology: cosine, zscore or pmi
+    chunk_size: int = DEFAULT_CHUNK_SIZE  # topology: target tokens per similarity chunk (memory, not results)
+    seed: int = 0  # random: seed of the draws
+    keep_norm: bool = True  # topology: rescale each row to the weighted norm of the overlap rows it combines
+    random_std: float = 0.02  # random: standard deviation of the draws (the model's initializer_range)
+
+
 def initialize_new(
     tables: dict[str, Tensor],
     source_tables: dict[str, Tensor],
@@ -103,43 +117,36 @@ def initialize_new(
     source_tokenizer: PreTrainedTokenizerBase,
     target_tokenizer: PreTrainedTokenizerBase,
     reference: Tensor | None,
-    init: str,
-    temperature: float,
-    similarity: str,
-    chunk_size: int,
-    seed: int,
-    config: Any,
-    keep_norm: bool = True,
+    rows: NewRows,
 ) -> dict[str, Any]:
-    """Fill the rows of ``match.new`` in every table (in place) with the chosen initializer; ``keep_norm``
-    rescales each topology row to the weighted norm of the overlap rows it combines."""
+    """Fill the rows of ``match.new`` in every table (in place) as ``rows`` says."""
     import torch
 
     overlap, new = match.overlap, match.new
     report: dict[str, Any] = {}
-    if init == "topology":
+    if rows.init == "topology":
         assert reference is not None, "topology needs reference embeddings (transfer refuses it without --reference)"
-        weights = topology_weights(reference[:len(target_tokenizer)], overlap, new, temperature, similarity, chunk_size)
+        weights = topology_weights(reference[:len(target_tokenizer)], overlap, new, rows.temperature, rows.similarity,
+                                   rows.chunk_size)
         support = torch.bincount(weights.coalesce().indices()[0], minlength=len(new))
         report["support"] = _summary(support)
         for name, table in tables.items():
-            tables[name][new] = as_table(combine_rows(weights, as_matrix(table[overlap]), keep_norm and table.dim() == 2),
-                                          table)
-    elif init == "subword-mean":
+            keep_norm = rows.keep_norm and table.dim() == 2
+            tables[name][new] = as_table(combine_rows(weights, as_matrix(table[overlap]), keep_norm), table)
+    elif rows.init == "subword-mean":
         size = source_tables["embeddings"].shape[0]
         weights, missing = subword_weights(source_tokenizer, target_tokenizer, new, size)
         report["subword_fallback_to_mean"] = len(missing)
         for name, table in tables.items():
-            rows = as_table(combine_rows(weights, as_matrix(source_tables[name]), False), table)
-            rows[missing] = table[overlap].mean(0)
-            tables[name][new] = rows
-    elif init == "mean":
+            combined = as_table(combine_rows(weights, as_matrix(source_tables[name]), False), table)
+            combined[missing] = table[overlap].mean(0)
+            tables[name][new] = combined
+    elif rows.init == "mean":
         for name, table in tables.items():
             tables[name][new] = table[overlap].mean(0)
     else:
-        generator = torch.Generator().manual_seed(seed)
-        std = getattr(config, "initializer_range", 0.02)
+        generator = torch.Generator().manual_seed(rows.seed)
         for name, table in tables.items():
-            tables[name][new] = (torch.normal(0.0, std, (len(new), *table.shape[1:]), generator=generator)
+            tables[name][new] = (torch.normal(0.0, rows.random_std, (len(new), *table.shape[1:]), generator=generator)
                                  if table.dim() == 2 else table[overlap].mean())
     return report

@@ -1,7 +1,7 @@
 """Vocabulary transfer (VT): move a masked-LM encoder onto another, normalized vocabulary.
 
-``python -m vtrepro transfer --source answerdotai/ModernBERT-base --target-tokenizer bert-base-uncased
---init topology --out runs/modernbert-vt`` writes a checkpoint that loads with
+``python -m vtrepro transfer --model answerdotai/ModernBERT-base --target-tokenizer bert-base-uncased
+--init topology --output runs/modernbert-vt`` writes a checkpoint that loads with
 ``AutoModelForMaskedLM`` / ``AutoTokenizer``, plus ``transfer_report.json``.
 
 Steps (docs/vocabulary-transfer.md has the formulas):
@@ -20,32 +20,32 @@ Steps (docs/vocabulary-transfer.md has the formulas):
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 import time
-from dataclasses import asdict
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from vtrepro.core.checkpoints import check_out, save_checkpoint
-from vtrepro.core.cli import (
-    add_checkpoint_arguments,
-    add_options,
-    cli_entry,
-    command_parser,
-    number_in,
-    options_from,
-    positive_int,
-)
+from vtrepro.core.cli import add_checkpoint_arguments, cli_entry, command_parser, number_in, positive_int
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output
+from vtrepro.core.options import Options, option
 from vtrepro.core.progress import Progress
 from vtrepro.core.schema import Field
 from vtrepro.model.loading import load_masked_lm, resolve_model
 from vtrepro.vocabulary.focus import focus_match
-from vtrepro.vocabulary.initialize import initialize_new
+from vtrepro.vocabulary.initialize import NewRows, initialize_new
 from vtrepro.vocabulary.leaveout import make_leaveout_source
 from vtrepro.vocabulary.matching import VocabularyMatch, match_vocabularies, special_ids, special_roles
-from vtrepro.vocabulary.presets import BIAS_STATISTICS, MATCHINGS, PRESETS, set_authors_config_ids, transfer_choices
+from vtrepro.vocabulary.presets import (
+    BIAS_STATISTICS,
+    MATCHINGS,
+    PRESET_NAMES,
+    TransferChoices,
+    set_authors_config_ids,
+    transfer_choices,
+)
 from vtrepro.vocabulary.tables import install_vocabulary, known_rows, vocabulary_tables
 from vtrepro.vocabulary.target import find_reference, load_reference, load_tokenizer
 from vtrepro.vocabulary.topology import DEFAULT_CHUNK_SIZE
@@ -57,62 +57,94 @@ if TYPE_CHECKING:
     from torch import Tensor
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+logger = logging.getLogger(__name__)
+
 INITS = ("topology", "subword-mean", "mean", "random")
 SIMILARITIES = ("cosine", "zscore", "pmi")
-REPORT_NAME = "transfer_report.json"
+TRANSFER_REPORT = "transfer_report.json"
 DEFAULT_TARGET = "bert-base-uncased"
 
-TRANSFER_OPTIONS = {
-    "target_tokenizer": Field(str, DEFAULT_TARGET, help="tokenizer folder, Hub id or tokenizer.json"),
-    "reference": Field(str, None, nullable=True,
-                       help="model on the target vocabulary whose embedding geometry guides the topology init "
-                            "(default: the target tokenizer's model; none for a tokenizer.json)"),
-    "init": Field(str, "topology", INITS, help="initializer of target tokens without a source match"),
-    "temperature": Field(float, 1.0, above=0, help="sparsemax temperature"),
-    "similarity": Field(str, "cosine", SIMILARITIES,
-                        help="topology scores: cosine, per-token z-scored cosine, or cosine minus log prior"),
-    "preset": Field(str, "vtrepro", tuple(PRESETS),
-                    help="authors: the released transform of the paper (FOCUS matching, plain sparsemax sums, bias "
-                         "statistics over all rows, target norm, tied decoder); vtrepro: this toolkit's choices"),
-    "matching": Field(str, None, MATCHINGS, nullable=True,
-                      help="overlap rule: normalized (case/accent-folded, blended, specials by role) or focus "
-                           "(the authors'); default: the preset's"),
-    "keep_norm": Field(bool, None, nullable=True,
-                       help="rescale each combined row to the weighted norm of its rows (default: the preset's)"),
-    "bias_statistics": Field(str, None, BIAS_STATISTICS, nullable=True,
-                             help="z-map the reference bias with statistics over ordinary rows (special biases "
-                                  "copied) or over all rows; default: the preset's"),
-    "target_norm": Field(bool, None, nullable=True,
-                         help="rescale rows and bias so the mean overlap-row norm equals the reference's "
-                              "(default: the preset's)"),
-    "seed": Field(int, 0, minimum=0, help="seed of --init random"),
-    "leaveout": Field("mapping", None, nullable=True),
-}
-"""What a transfer takes, in a spec's ``transfer:`` block, a recipe's transfer stage and on the command
-line alike (:func:`run_transfer`'s keywords; ``leaveout`` is read with :data:`LEAVEOUT_OPTIONS`)."""
-LEAVEOUT_OPTIONS = {
-    "fraction": Field(float, 0.1, above=0, below=1, help="share of the source's ordinary WordPiece tokens removed"),
-    "seed": Field(int, 0, minimum=0, help="seed of the removed share"),
-}
+
+
+@dataclass(frozen=True)
+class LeaveoutOptions(Options):
+    """The leave-out experiment: a seeded share of the source's tokens removed before the transfer."""
+
+    fraction: float = option(Field(float, 0.1, above=0, below=1,
+                                   help="share of the source's ordinary WordPiece tokens removed"))
+    seed: int = option(Field(int, 0, minimum=0, help="seed of the removed share"))
+
+
+@dataclass(frozen=True)
+class TransferOptions(Options):
+    """What a transfer takes, in a spec's ``transfer:`` block, a recipe's transfer stage and on the command
+    line alike (``leaveout`` is ``--leaveout FRACTION --leaveout-seed SEED`` there). The preset and its four
+    overrides are resolved once, by :meth:`choices`."""
+
+    target_tokenizer: str = option(Field(str, DEFAULT_TARGET, help="tokenizer folder, Hub id or tokenizer.json"))
+    reference: str | None = option(Field(
+        str, None, nullable=True, help="model on the target vocabulary whose embedding geometry guides the topology "
+                                       "init (default: the target tokenizer's model; none for a tokenizer.json)"))
+    init: str = option(Field(str, "topology", INITS, help="initializer of target tokens without a source match"))
+    temperature: float = option(Field(float, 1.0, above=0, help="sparsemax temperature"))
+    similarity: str = option(Field(str, "cosine", SIMILARITIES,
+                                   help="topology scores: cosine, per-token z-scored cosine, or cosine minus log prior"))
+    preset: str = option(Field(
+        str, "vtrepro", PRESET_NAMES,
+        help="authors: the released transform of the paper (FOCUS matching, plain sparsemax sums, bias statistics "
+             "over all rows, target norm, tied decoder); vtrepro: this toolkit's choices"))
+    matching: str | None = option(Field(
+        str, None, MATCHINGS, nullable=True,
+        help="overlap rule: normalized (case/accent-folded, blended, specials by role) or focus (the authors'); "
+             "default: the preset's"))
+    keep_norm: bool | None = option(Field(
+        bool, None, nullable=True,
+        help="rescale each combined row to the weighted norm of its rows (default: the preset's)"))
+    bias_statistics: str | None = option(Field(
+        str, None, BIAS_STATISTICS, nullable=True,
+        help="z-map the reference bias with statistics over ordinary rows (special biases copied) or over all rows; "
+             "default: the preset's"))
+    target_norm: bool | None = option(Field(
+        bool, None, nullable=True,
+        help="rescale rows and bias so the mean overlap-row norm equals the reference's (default: the preset's)"))
+    seed: int = option(Field(int, 0, minimum=0, help="seed of --init random"))
+    leaveout: LeaveoutOptions | None = option(Field("mapping", None, nullable=True), nested=LeaveoutOptions)
+
+    def choices(self) -> TransferChoices:
+        """The preset's choices with this transfer's overrides applied."""
+        return transfer_choices(self.preset, matching=self.matching, keep_norm=self.keep_norm,
+                                bias_statistics=self.bias_statistics, target_norm=self.target_norm)
+
+    @classmethod
+    def add_arguments(cls, parser: argparse._ActionsContainer, names: Sequence[str] | None = None) -> None:
+        """The options' flags; ``leaveout`` is ``--leaveout FRACTION`` with ``--leaveout-seed``."""
+        names = list(cls.schema() if names is None else names)
+        if any(name != "leaveout" for name in names):
+            super().add_arguments(parser, [name for name in names if name != "leaveout"])
+        if "leaveout" in names:
+            fraction, seed = LeaveoutOptions.schema()["fraction"], LeaveoutOptions.schema()["seed"]
+            parser.add_argument("--leaveout", dest="leaveout_fraction", type=number_in(float, *fraction.bounds),
+                                default=None, metavar="FRACTION",
+                                help="leave-out experiment: first remove this seeded share (0 < FRACTION < 1) of the "
+                                     "source's ordinary WordPiece tokens, then transfer back onto the target")
+            parser.add_argument("--leaveout-seed", type=number_in(int, *seed.bounds), default=seed.default,
+                                help="seed of --leaveout (default: %(default)s)")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, **given: Any) -> TransferOptions:
+        if getattr(args, "leaveout_fraction", None) is not None:
+            given = {**given, "leaveout": LeaveoutOptions(fraction=args.leaveout_fraction, seed=args.leaveout_seed)}
+        return super().from_args(args, **given)
+
+    def to_argv(self, names: Sequence[str] | None = None) -> list[str]:
+        names = list(self.schema() if names is None else names)
+        argv = super().to_argv([name for name in names if name != "leaveout"])
+        if "leaveout" in names and self.leaveout is not None:
+            argv += ["--leaveout", str(self.leaveout.fraction), "--leaveout-seed", str(self.leaveout.seed)]
+        return argv
 
 
 # ---------------------------------------------------------------------------- transfer
-
-
-def _check_options(init: str, temperature: float, similarity: str, chunk_size: int, preset: str,
-                   matching: str | None, bias_statistics: str | None) -> None:
-    for name, value, allowed in (("preset", preset, tuple(PRESETS)), ("matching", matching, MATCHINGS),
-                                 ("bias-statistics", bias_statistics, BIAS_STATISTICS)):
-        if value is not None and value not in allowed:
-            raise VtreproError(f"unknown --{name} '{value}'; choose one of {', '.join(allowed)}")
-    if init not in INITS:
-        raise VtreproError(f"unknown --init '{init}'; choose one of {', '.join(INITS)}")
-    if similarity not in SIMILARITIES:
-        raise VtreproError(f"unknown --similarity '{similarity}'; choose one of {', '.join(SIMILARITIES)}")
-    if not temperature > 0:
-        raise VtreproError(f"--temperature must be > 0, got {temperature}")
-    if chunk_size < 1:
-        raise VtreproError(f"--chunk-size must be >= 1, got {chunk_size}")
 
 
 def _zscore_map(
@@ -131,31 +163,25 @@ def transfer_vocabulary(
     target_tokenizer: PreTrainedTokenizerBase,
     reference_embeddings: Tensor | None,
     reference_decoder_bias: Tensor | None = None,
-    init: str = "topology",
-    temperature: float = 1.0,
-    similarity: str = "cosine",
-    target_norm: bool | None = None,
-    seed: int = 0,
+    options: TransferOptions | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
-    preset: str = "vtrepro",
-    matching: str | None = None,
-    keep_norm: bool | None = None,
-    bias_statistics: str | None = None,
 ) -> tuple[PreTrainedModel, dict[str, Any]]:
     """Move ``source_model`` (in place) onto ``target_tokenizer``'s vocabulary; return it and a report.
 
     ``reference_embeddings`` are the input embeddings of a model that uses the target vocabulary
-    (row i = target id i; any hidden size): only their cosine geometry is used. ``preset`` sets the
-    choices of :class:`~vtrepro.vocabulary.presets.TransferChoices`; the other arguments override one.
+    (row i = target id i; any hidden size): only their cosine geometry is used. ``options`` (default:
+    :class:`TransferOptions`' defaults) give the initializer and the preset's choices
+    (:meth:`TransferOptions.choices`); their tokenizer and reference names are not read here.
+    ``chunk_size``: target tokens per similarity chunk (memory, not results).
     """
-    _check_options(init, temperature, similarity, chunk_size, preset, matching, bias_statistics)
-    choices = transfer_choices(preset, matching=matching, keep_norm=keep_norm, bias_statistics=bias_statistics,
-                               target_norm=target_norm)
-    authors = preset == "authors"
+    options = options or TransferOptions()
+    if chunk_size < 1:
+        raise VtreproError(f"--chunk-size must be >= 1, got {chunk_size}")
+    choices = options.choices()
     started = time.perf_counter()
     size = len(target_tokenizer)
-    if reference_embeddings is None and (init == "topology" or choices.target_norm):
-        raise VtreproError(f"--init {init}{' with the target norm' if choices.target_norm else ''} "
+    if reference_embeddings is None and (options.init == "topology" or choices.target_norm):
+        raise VtreproError(f"--init {options.init}{' with the target norm' if choices.target_norm else ''} "
                            "needs a --reference model")
     if reference_embeddings is not None and reference_embeddings.shape[0] < size:
         raise VtreproError(
@@ -169,28 +195,29 @@ def transfer_vocabulary(
         progress.update(size)
     overlap, new = match.overlap, match.new
     if not overlap:
-        raise VtreproError("no target token matches a source token; check --source and --target-tokenizer")
+        raise VtreproError("no target token matches a source token; check --model and --target-tokenizer")
     source_tables, tied = vocabulary_tables(source_model)
     tables = {name: known_rows(table, match, size) for name, table in source_tables.items()}
 
     report: dict[str, Any] = {}
     if new:
+        rows = NewRows(options.init, options.temperature, options.similarity, chunk_size, options.seed,
+                       choices.keep_norm, getattr(source_model.config, "initializer_range", 0.02))
         report.update(initialize_new(tables, source_tables, match, source_tokenizer, target_tokenizer,
-                                      reference_embeddings, init, temperature, similarity, chunk_size,
-                                      seed, source_model.config, choices.keep_norm))
+                                     reference_embeddings, rows))
     if "bias" in tables:
         tables["bias"], report["bias"] = _target_bias(tables["bias"], source_tables["bias"], reference_decoder_bias,
-                                                      match, source_tokenizer, choices.bias_statistics, authors)
+                                                      match, source_tokenizer, choices)
     norm_scale = None
     if choices.target_norm:
         assert reference_embeddings is not None  # refused above without a reference
         norm_scale = (reference_embeddings[overlap].float().norm(dim=1).mean()
                       / tables["embeddings"][overlap].norm(dim=1).mean()).item()
         tables = {name: table * norm_scale for name, table in tables.items()}
-    if authors and "decoder" in tables:
+    if choices.tie_decoder and "decoder" in tables:
         tables["decoder"] = tables["embeddings"].clone()  # the released transform ties a new decoder to them
-    install_vocabulary(source_model, tables, None if authors else special_roles(target_tokenizer))
-    if authors:
+    install_vocabulary(source_model, tables, special_roles(target_tokenizer) if choices.specials_by_role else None)
+    if choices.config_ids_by_name:
         report["config_ids"] = set_authors_config_ids(source_model, target_tokenizer)
 
     norms = tables["embeddings"].norm(dim=1)
@@ -208,8 +235,9 @@ def transfer_vocabulary(
             else round(reference_embeddings[overlap].float().norm(dim=1).mean().item(), 4),
             "target_norm_scale": norm_scale,
         },
-        "options": {"preset": preset, **asdict(choices), "init": init, "temperature": temperature,
-                    "similarity": similarity, "seed": seed, "chunk_size": chunk_size},
+        "options": {"preset": options.preset, **choices.ablation(), "init": options.init,
+                    "temperature": options.temperature, "similarity": options.similarity, "seed": options.seed,
+                    "chunk_size": chunk_size},
         "new_ids": new,
         "seconds": round(time.perf_counter() - started, 2),
     })
@@ -217,20 +245,20 @@ def transfer_vocabulary(
 
 
 def _target_bias(bias: Tensor, source_bias: Tensor, reference_bias: Tensor | None, match: VocabularyMatch,
-                 source_tokenizer: PreTrainedTokenizerBase, statistics: str, authors: bool) -> tuple[Tensor, dict]:
+                 source_tokenizer: PreTrainedTokenizerBase, choices: TransferChoices) -> tuple[Tensor, dict]:
     """The MLM bias of the target rows and how it was made.
 
     With a reference MLM bias: the reference bias z-mapped onto the source bias, with statistics over
     ``all`` rows (and applied to all), or over ``ordinary`` rows with special biases copied by role.
-    Without one: the rows as transferred, or zeros for the authors' preset (its released code then
-    leaves the new decoder's bias at zero).
+    Without one: the rows as transferred, or zeros where the choices say so (the authors' released code
+    then leaves the new decoder's bias at zero).
     """
     if reference_bias is None:
-        if authors:
+        if choices.zero_bias_without_reference:
             return bias.new_zeros(bias.shape), {"from": "zeros (the reference has no MLM bias)"}
         return bias, {"from": "transferred"}
     size = bias.shape[0]
-    if statistics == "all":
+    if choices.bias_statistics == "all":
         mapped, bias_map = _zscore_map(reference_bias[:size], source_bias, list(range(size)),
                                        list(range(source_bias.shape[0])))
         return mapped, {"from": "reference z-score map, all rows", **bias_map}
@@ -258,49 +286,40 @@ def _adapt_tokenizer(target: PreTrainedTokenizerBase, source: PreTrainedTokenize
 
 def run_transfer(
     source: str | Path,
-    target_tokenizer: str | Path,
-    reference: str | Path | None,
-    init: str,
     out: str | Path,
-    temperature: float = 1.0,
-    similarity: str = "cosine",
-    target_norm: bool | None = None,
-    seed: int = 0,
+    options: TransferOptions | None = None,
+    *,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     model_dir: str | Path | None = None,
-    leaveout: dict[str, Any] | None = None,
-    preset: str = "vtrepro",
-    matching: str | None = None,
-    keep_norm: bool | None = None,
-    bias_statistics: str | None = None,
 ) -> dict[str, Any]:
-    """Load, transfer, and save a checkpoint with ``transfer_report.json`` to ``out``; return the report.
+    """Load ``source``, transfer it with ``options`` (default: :class:`TransferOptions`' defaults), and save a
+    checkpoint with ``transfer_report.json`` to ``out``; return the report.
 
-    ``reference=None`` means the target tokenizer's own model, or none for a ``tokenizer.json``.
-    ``leaveout={"fraction": f, "seed": s}`` first removes a seeded share of the source's tokens
-    (:func:`make_leaveout_source`, the leave-out experiment); the report lists the held-out tokens.
+    ``options.reference=None`` means the target tokenizer's own model, or none for a ``tokenizer.json``.
+    ``options.leaveout`` first removes a seeded share of the source's tokens (:func:`make_leaveout_source`,
+    the leave-out experiment); the report lists the held-out tokens.
     """
-    _check_options(init, temperature, similarity, chunk_size, preset, matching, bias_statistics)
+    options = options or TransferOptions()
     check_out(out)
-    target = load_tokenizer(target_tokenizer, model_dir)
-    if reference is None and not Path(str(target_tokenizer)).is_file():
-        reference = target_tokenizer
+    target = load_tokenizer(options.target_tokenizer, model_dir)
+    reference = options.reference
+    if reference is None and not Path(options.target_tokenizer).is_file():
+        reference = options.target_tokenizer
     if reference is not None:
         find_reference(reference, model_dir)  # cheap: a reference that cannot load fails before the source loads
     held_out: list[str] = []
+    leaveout = options.leaveout
     if leaveout is None:
         model, source_tokenizer = load_masked_lm(source, model_dir)
     else:
-        model, source_tokenizer, held_out = make_leaveout_source(resolve_model(source, model_dir), **leaveout)
+        model, source_tokenizer, held_out = make_leaveout_source(resolve_model(source, model_dir), leaveout.fraction,
+                                                                 leaveout.seed)
     embeddings, bias = load_reference(reference, target, model_dir) if reference is not None else (None, None)
-    model, report = transfer_vocabulary(model, source_tokenizer, target, embeddings, bias, init, temperature,
-                                        similarity, target_norm, seed, chunk_size, preset, matching, keep_norm,
-                                        bias_statistics)
-    report = {"source": str(source), "target_tokenizer": str(target_tokenizer),
-              "reference": None if reference is None else str(reference), **report}
+    model, report = transfer_vocabulary(model, source_tokenizer, target, embeddings, bias, options, chunk_size)
+    report = {"source": str(source), "target_tokenizer": options.target_tokenizer, "reference": reference, **report}
     if leaveout is not None:
-        report["leaveout"] = {**leaveout, "held_out": held_out}
-    save_checkpoint(out, model, _adapt_tokenizer(target, source_tokenizer), {REPORT_NAME: report})
+        report["leaveout"] = {**leaveout.to_dict(), "held_out": held_out}
+    save_checkpoint(out, model, _adapt_tokenizer(target, source_tokenizer), {TRANSFER_REPORT: report})
     return report
 
 
@@ -310,28 +329,22 @@ def run_transfer(
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("transfer", __doc__)
     add_checkpoint_arguments(parser, "masked-LM checkpoint to transfer", old_model_spelling="--source")
-    add_options(parser, TRANSFER_OPTIONS, [name for name in TRANSFER_OPTIONS if name != "leaveout"])
+    TransferOptions.add_arguments(parser, [name for name in TransferOptions.schema() if name != "leaveout"])
     parser.add_argument("--chunk-size", type=positive_int, default=DEFAULT_CHUNK_SIZE,
                         help="target tokens per similarity chunk (default: %(default)s)")
-    fraction = LEAVEOUT_OPTIONS["fraction"]
-    parser.add_argument("--leaveout", type=number_in(float, *fraction.bounds), default=None, metavar="FRACTION",
-                        help="leave-out experiment: first remove this seeded share (0 < FRACTION < 1) of the "
-                             "source's ordinary WordPiece tokens, then transfer back onto the target")
-    parser.add_argument("--leaveout-seed", type=number_in(int, *LEAVEOUT_OPTIONS["seed"].bounds),
-                        default=LEAVEOUT_OPTIONS["seed"].default, help="seed of --leaveout (default: %(default)s)")
+    TransferOptions.add_arguments(parser, ["leaveout"])
     return parser
 
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    models = (args.model, args.target_tokenizer, args.reference)
-    check_output(args.out, [resolve_model(name, args.model_dir) for name in models if name], kind="folder")
-    args.leaveout = None if args.leaveout is None else {"fraction": args.leaveout, "seed": args.leaveout_seed}
-    report = run_transfer(args.model, out=args.out, chunk_size=args.chunk_size, model_dir=args.model_dir,
-                          **options_from(args, TRANSFER_OPTIONS))
+    options = TransferOptions.from_args(args)
+    models = (args.model, options.target_tokenizer, options.reference)
+    check_output(args.output, [resolve_model(name, args.model_dir) for name in models if name], kind="folder")
+    report = run_transfer(args.model, args.output, options, chunk_size=args.chunk_size, model_dir=args.model_dir)
     counts = report["counts"]
-    print(f"{args.out}: {report['vocabulary']['source']} -> {report['vocabulary']['target']} tokens "
-          f"(exact {counts['exact']}, merged {counts['merged']}, new {counts['new']}, special {counts['special']}) "
-          f"in {report['seconds']} s", file=sys.stderr)
+    logger.info(f"{args.output}: {report['vocabulary']['source']} -> {report['vocabulary']['target']} tokens "
+                f"(exact {counts['exact']}, merged {counts['merged']}, new {counts['new']}, special {counts['special']}) "
+                f"in {report['seconds']} s")
     return 0
