@@ -3,10 +3,11 @@ import json
 
 import pytest
 
-from vtrepro.encode.writer import load_manifest
+from vtrepro.encode.folder import EncodedFolder
+from vtrepro.encode.reader import read_query_vectors
 from vtrepro.regress.runner import main as regress
 from vtrepro.regress.spec import REGRESSIONS_DIR
-from vtrepro.search.lucene import read_query_vectors, read_trec_run
+from vtrepro.search.runs import read_trec_run
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +72,7 @@ def test_every_lucene_score_is_the_integer_dot_product(splade_tiny_run):
 def test_index_and_manifest_agree(splade_tiny_run):
     _, out_dir, _ = splade_tiny_run
     for dataset, documents in (("scifact", 5183), ("nfcorpus", 3633)):
-        manifest = load_manifest(out_dir / "splade-tiny" / dataset)
+        manifest = EncodedFolder(out_dir / "splade-tiny" / dataset).load_manifest()
         assert manifest["complete"] and manifest["documents"] == documents
         assert sum(shard["documents"] for shard in manifest["shards"]) == documents
 

@@ -117,11 +117,11 @@ def test_transfer_and_calibrate_blocks(tmp_path):
     condition = load_spec(write(tmp_path, TRANSFER)).conditions[0]
     assert condition.retrieval == "impact" and condition.model == "splade-tiny"
     transfer, calibrate = condition.stages
-    assert transfer.name == "transfer" and transfer.options == {
+    assert transfer.name == "transfer" and transfer.options.to_dict() == {
         "target_tokenizer": "bert-base-uncased", "reference": "sentence-transformers/all-MiniLM-L6-v2",
         "init": "topology", "temperature": 0.5, "similarity": "cosine", "preset": "vtrepro", "matching": None,
         "keep_norm": None, "bias_statistics": None, "target_norm": None, "seed": 0, "leaveout": {"fraction": 0.1, "seed": 0}}
-    assert calibrate.name == "calibrate" and calibrate.options == {
+    assert calibrate.name == "calibrate" and calibrate.options.to_dict() == {
         "preset": "vtrepro", "dataset": "scifact", "corpus": None, "docs": 500, "cut_percent": None,
         "target_terms": 286.0, "max_length": 512, "max_sample": 10_000, "batch_size": 32, "seed": 0}
     broken = TRANSFER.replace("target_terms: 286", "target_terms: 286, cut_percent: 60")
@@ -143,8 +143,14 @@ def test_a_half_precision_condition_is_its_own_tier_measured_against_float32(tmp
 def test_query_encoder_option(tmp_path):
     spec = VALID.replace("    model: splade-tiny\n", "    model: splade-tiny\n    query_encoder: idf\n")
     assert load_spec(write(tmp_path, spec)).conditions[1].query_encoder == "idf"
-    with pytest.raises(VtreproError, match=r"spec\.yaml:15: .*query_encoder must be one of model, idf"):
+    with pytest.raises(VtreproError, match=r"spec\.yaml:15: .*query_encoder must be one of splade, idf"):
         load_spec(write(tmp_path, spec.replace("query_encoder: idf", "query_encoder: bm25")))
+
+
+def test_query_encoder_model_is_the_old_spelling_of_splade(tmp_path, caplog):
+    spec = VALID.replace("    model: splade-tiny\n", "    model: splade-tiny\n    query_encoder: model\n")
+    assert load_spec(write(tmp_path, spec)).conditions[1].query_encoder == "splade"
+    assert "spec.yaml:15: query_encoder: model is deprecated; write splade" in caplog.text
 
 
 def test_missing_spec_is_an_error():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.sparse import csr_matrix
 
-from vtrepro.encode.fingerprint import read_vectors, vector_files
+from vtrepro.encode.reader import read_vectors, vector_files
 from vtrepro.encode.vectors import EMPTY_DOCUMENT_TERM
 from vtrepro.regress.efficiency import FIGURES
 from vtrepro.report.command import main as report

@@ -10,9 +10,8 @@ from typing import Mapping
 
 import numpy as np
 
-from vtrepro.encode.fingerprint import Vector, load_vectors, vector_files
+from vtrepro.encode.reader import Vector, load_vectors, read_query_vectors, vector_files
 from vtrepro.regress.spec import EncodedVectors
-from vtrepro.search.lucene import read_query_vectors
 
 AGREEMENT_FIGURES: dict[str, str] = {
     "agreement_documents_identical": "share of document vectors identical to the other condition's",

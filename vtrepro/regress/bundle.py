@@ -26,13 +26,12 @@ from typing import IO, Any, Iterable
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, sha256_file
-from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_folder, fingerprint_vectors, vector_files
-from vtrepro.search.lucene import read_query_vectors
+from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_folder, fingerprint_vectors
+from vtrepro.encode.folder import MANIFEST_NAME, EncodedFolder
+from vtrepro.encode.reader import read_query_vectors, vector_files
 
 BUNDLE_FORMAT = "vtrepro.vector-bundle/1"
 BUNDLE_MANIFEST = "bundle.json"
-QUERIES_NAME = "queries.jsonl"
-RUN_MANIFEST = "manifest.json"
 MAX_MEMBERS = 200_000  # headers held in memory while checking; BEIR-13 plus MS MARCO at 2,000 per shard is ~8,000 a run
 MAX_JSON_BYTES = 16 << 20  # bundle.json and each run's manifest.json are parsed whole
 MAX_LINE_BYTES = 64 << 20  # a vector line is read whole when fingerprinted: 64 MiB is far above a 250k-term vocabulary
@@ -43,25 +42,22 @@ def run_key(condition: str, dataset: str) -> str:
     return f"{condition}/{dataset}"
 
 
-def corpus_folder(run_dir: Path) -> Path:
-    """The JSON-vector folder of a run: ``vectors/`` of an encoded corpus, else the folder itself."""
-    return run_dir / "vectors" if (run_dir / "vectors").is_dir() else run_dir
-
-
 def run_fingerprints(run_dir: Path) -> dict[str, VectorSetSummary]:
-    """Fingerprints of a run folder's corpus vectors and query vectors."""
-    return {"corpus": fingerprint_folder(corpus_folder(run_dir)),
-            "queries": fingerprint_vectors(read_query_vectors(run_dir / QUERIES_NAME))}
+    """Fingerprints of a run folder's corpus vectors (``vectors/`` of an encoded corpus, else the folder
+    itself) and query vectors."""
+    folder = EncodedFolder(run_dir)
+    return {"corpus": fingerprint_folder(folder.vectors_or_root),
+            "queries": fingerprint_vectors(read_query_vectors(folder.queries))}
 
 
 def _members(run_dir: Path, key: str) -> list[tuple[str, Path]]:
     """(name in the bundle, file) of one run, or an error naming what is missing."""
-    manifest = run_dir / RUN_MANIFEST
-    if not manifest.is_file() or not json.loads(manifest.read_text(encoding="utf-8")).get("complete"):
+    folder = EncodedFolder(run_dir)
+    if not folder.is_complete():
         raise VtreproError(f"{run_dir}: no complete encoded corpus; run 'python -m vtrepro.regress' for it first")
-    if not (run_dir / QUERIES_NAME).is_file():
-        raise VtreproError(f"{run_dir / QUERIES_NAME}: missing; run 'python -m vtrepro.regress' for it first")
-    files = [manifest, run_dir / QUERIES_NAME, *vector_files(run_dir / "vectors")]
+    if not folder.queries.is_file():
+        raise VtreproError(f"{folder.queries}: missing; run 'python -m vtrepro.regress' for it first")
+    files = [folder.manifest_path, folder.queries, *vector_files(folder.vectors)]
     return [(f"{key}/{path.relative_to(run_dir).as_posix()}", path) for path in files]
 
 
@@ -171,7 +167,7 @@ def _member_problem(member: tarfile.TarInfo, budget: int) -> str | None:
         return "has a path that leaves the bundle"
     if member.size > budget:
         return f"declares {member.size} bytes, more than the whole bundle's {budget}"
-    if path.name in (BUNDLE_MANIFEST, RUN_MANIFEST) and member.size > MAX_JSON_BYTES:
+    if path.name in (BUNDLE_MANIFEST, MANIFEST_NAME) and member.size > MAX_JSON_BYTES:
         return f"declares {member.size} bytes; this header is read whole and may hold at most {MAX_JSON_BYTES}"
     return None
 

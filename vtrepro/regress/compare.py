@@ -21,21 +21,8 @@ from vtrepro.report.results import (
     TIER_FIXED,
     TIER_MACHINE,
     TIER_PUBLISHED,
+    ResultRow,
 )
-
-
-@dataclass
-class ResultRow:
-    condition: str
-    dataset: str
-    metric: str
-    kind: str  # "vectors" (fingerprint), "index" (statistic), "score" (pinned), "reference" (published), "efficiency",
-    # "agreement" (vectors against another condition's)
-    expected: float | int | str | None
-    observed: float | int | str | None
-    status: str
-    tier: str = TIER_FIXED
-    note: str = ""
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -13,44 +14,81 @@ from typing import Any, Callable
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import write_json
-from vtrepro.encode.fingerprint import (
-    VectorDiff,
-    VectorSetSummary,
-    fingerprint_vectors,
-)
-from vtrepro.encode.writer import QUERIES_NAME, VECTORS_DIRNAME, encode_corpus, encode_queries
+from vtrepro.core.log import verbosity_flags
+from vtrepro.encode.fingerprint import VectorDiff, VectorSetSummary, fingerprint_vectors
+from vtrepro.encode.folder import EncodedFolder
+from vtrepro.encode.queries import encode_queries
+from vtrepro.encode.reader import read_query_vectors
+from vtrepro.encode.writer import encode_corpus
 from vtrepro.evaluate.trec import evaluate_per_query, mean_scores
 from vtrepro.index.lucene import build_bm25_index, build_impact_index
 from vtrepro.regress.compare import Observation
+from vtrepro.regress.context import RunContext
 from vtrepro.regress.efficiency import Efficiency, measure
 from vtrepro.regress.sources import cached_fingerprint, vector_differences
 from vtrepro.regress.spec import Condition, DatasetRun, EncodedVectors, Spec
 from vtrepro.report.results import PER_QUERY_NAME
-from vtrepro.search.lucene import (
-    SearchTiming,
-    read_query_vectors,
-    read_trec_run,
-    search_bm25,
-    search_impact,
-    write_trec_run,
-)
+from vtrepro.search.lucene import search_bm25, search_impact
+from vtrepro.search.runs import SearchTiming, read_trec_run, write_trec_run
 from vtrepro.training.recipe import load_recipe
-from vtrepro.training.run_folder import REPORT_NAME, stage_dir
+from vtrepro.training.run_folder import TRAINING_REPORT, stage_dir
 from vtrepro.training.stages import run_stage
+
+logger = logging.getLogger(__name__)
 
 # The SPLADE and IDF encoders (torch, transformers) are imported where a model is loaded, on purpose:
 # BM25 conditions, pinned-vector runs, `--dry-run` and `--help` never pay for them.
 
 
-def _cached_build(folder: Path, settings: dict[str, Any], build: Callable[[Path], None]) -> Path:
+def _stamp(folder: Path) -> Path:
+    return folder.parent / f"{folder.name}.build.json"
+
+
+def _is_built(folder: Path, settings: dict[str, Any]) -> bool:
+    """Whether ``folder`` was built from ``settings`` (its ``build.json`` stamp says so)."""
+    return folder.is_dir() and _stamp(folder).is_file() and json.loads(_stamp(folder).read_text()) == settings
+
+
+def _cached_build(folder: Path, settings: dict[str, Any], build: Callable[[Path], object]) -> Path:
     """Build ``folder`` unless it was already built from the same settings (``build.json`` stamp)."""
-    stamp = folder.parent / f"{folder.name}.build.json"
-    if folder.is_dir() and stamp.is_file() and json.loads(stamp.read_text()) == settings:
+    if _is_built(folder, settings):
         return folder
     shutil.rmtree(folder, ignore_errors=True)
     build(folder)
-    write_json(stamp, settings)
+    write_json(_stamp(folder), settings)
     return folder
+
+
+SOURCES_DIRNAME = ".sources"
+"""Under a run's folder: the transfer sources its spec declares built (``source: {build: ..., from: ...}``),
+each built once for every condition that transfers from it."""
+_SOURCE_BUILDS = {"round_trip": "moved onto GPT-2's BPE vocabulary"}
+"""What each build of :data:`vtrepro.regress.spec.SOURCE_BUILDS` makes of its ``from`` model."""
+
+
+def _source_folder(condition: Condition, run_dir: Path) -> tuple[Path, dict[str, Any]]:
+    """Where the condition's built source goes, and the settings its stamp records."""
+    assert condition.source_build is not None and condition.model is not None
+    folder = run_dir / SOURCES_DIRNAME / f"{condition.source_build}-{Path(condition.model).name}"
+    return folder, {"build": condition.source_build, "from": condition.model}
+
+
+def built_source(condition: Condition, run_dir: Path, model_dir: str | None) -> Path:
+    """The condition's transfer source, built once from its ``model`` under ``run_dir`` (``round_trip``:
+    :func:`vtrepro.vocabulary.gpt2.write_round_trip_source`)."""
+    from vtrepro.vocabulary.gpt2 import write_round_trip_source  # tokenizers and GPT-2's files: only this build
+
+    folder, settings = _source_folder(condition, run_dir)
+    return _cached_build(folder, settings, lambda out: write_round_trip_source(settings["from"], out, model_dir))
+
+
+def describe_source(condition: Condition, run_dir: Path) -> str:
+    """For a plan: what the condition's built source is and where it is (or will be) built; '' for none."""
+    if condition.source_build is None:
+        return ""
+    folder, settings = _source_folder(condition, run_dir)
+    state = "built" if _is_built(folder, settings) else "to build once"
+    return f", {_SOURCE_BUILDS[condition.source_build]} ({condition.source_build} source, {state} in {folder})"
 
 
 def _corpus_file(folder: Path) -> Path:
@@ -69,7 +107,7 @@ def trained_model(recipe_name: str, train_root: Path, model_dir: str | None, dat
     output = train_root / recipe.name
     final = output / "final"
     if final.is_dir():
-        report = final / REPORT_NAME
+        report = final / TRAINING_REPORT
         fingerprint = json.loads(report.read_text()).get("fingerprint") if report.is_file() else None
         if fingerprint != recipe.fingerprint():
             raise VtreproError(f"{final} was not trained from the current {recipe.path}; "
@@ -79,7 +117,8 @@ def trained_model(recipe_name: str, train_root: Path, model_dir: str | None, dat
     command += ["--data-dir", data_dir] if data_dir else []
     command += ["--model-dir", model_dir] if model_dir else []
     command += ["--trust-remote-code"] if recipe.trust_remote_code else []  # granted to regress before any run
-    print(f"training {recipe.path} -> {final}", file=sys.stderr, flush=True)
+    command += verbosity_flags()
+    logger.info(f"training {recipe.path} -> {final}")
     if subprocess.run(command).returncode != 0:
         raise VtreproError(f"training {recipe.path} failed (its error is above); "
                            f"rerunning resumes from the last checkpoint in {output}")
@@ -87,28 +126,31 @@ def trained_model(recipe_name: str, train_root: Path, model_dir: str | None, dat
 
 
 def build_model(condition: Condition, work_dir: Path, model_dir: str | None, data_dir: str | None,
-                train_root: Path = Path("runs/train")) -> str:
-    """The condition's model: its ``model``, or the final model of its ``train`` recipe, then each of its
-    stages (transfer, calibration) applied in order, each built once into ``work_dir``."""
+                train_root: Path) -> str:
+    """The condition's model: its ``model`` (or the source built from it, once for the run, in the folder
+    above ``work_dir``), or the final model of its ``train`` recipe, then each of its stages (transfer,
+    calibration) applied in order, each built once into ``work_dir``."""
     if condition.train:
         return trained_model(condition.train, train_root, model_dir, data_dir)
     model = str(condition.model)
+    if condition.source_build is not None:
+        model = str(built_source(condition, work_dir.parent, model_dir))
     for index, stage in enumerate(condition.stages):
         build = functools.partial(run_stage, stage, model, data_dir=data_dir, model_dir=model_dir,
                                   trust_remote_code=condition.trust_remote_code)
-        model = str(_cached_build(stage_dir(work_dir, index, stage), {"model": model, **stage.options}, build))
+        model = str(_cached_build(stage_dir(work_dir, index, stage), {"model": model, **stage.options.to_dict()}, build))
     return model
 
 
 class ConditionRunner:
     """Runs one condition over datasets, keeping artifacts under ``<output>/<condition>/<dataset>/``
-    (models of ``train`` recipes under ``<train_root>/<recipe>/``)."""
+    (models of ``train`` recipes under ``context.train_root/<recipe>/``), with the models, data, threads
+    and encode processes of ``context``."""
 
-    def __init__(self, condition: Condition, spec: Spec, output: Path, model_dir: str | None, data_dir: str | None,
-                 threads: int, train_root: Path = Path("runs/train"), encode_processes: int = 1):
-        self.condition, self.spec, self.output, self.train_root = condition, spec, output, train_root
-        self.model_dir, self.data_dir, self.threads = model_dir, data_dir, threads
-        self.encode_processes = encode_processes
+    def __init__(self, condition: Condition, spec: Spec, output: Path, context: RunContext):
+        self.condition, self.spec, self.output, self.train_root = condition, spec, output, context.train_root
+        self.model_dir, self.data_dir, self.threads = context.model_dir, context.data_dir, context.threads
+        self.encode_processes = context.encode_processes
         self._encoder = None
         self._model: str | None = None
         self._model_error: VtreproError | None = None
@@ -138,20 +180,12 @@ class ConditionRunner:
 
     @property
     def encoder(self):
+        """The condition's SPLADE encoder with its spec's encoder options, loaded once."""
         if self._encoder is None:
             from vtrepro.model.splade import SpladeEncoder
 
-            settings = self.condition.encoder
-            self._encoder = SpladeEncoder(
-                self.model,
-                model_dir=self.model_dir,
-                max_length_doc=settings.max_length_doc,
-                max_length_query=settings.max_length_query,
-                batch_size=settings.batch_size,
-                trust_remote_code=self.condition.trust_remote_code,
-                dtype=settings.dtype,
-                projection=settings.projection,
-            )
+            self._encoder = SpladeEncoder(self.model, self.condition.encoder, model_dir=self.model_dir,
+                                          trust_remote_code=self.condition.trust_remote_code)
         return self._encoder
 
     def run(self, dataset_run: DatasetRun, dataset, encoded: EncodedVectors | None = None,
@@ -198,15 +232,13 @@ class ConditionRunner:
         if self.condition.trust_remote_code:
             raise VtreproError(f"condition '{self.condition.name}' needs trust_remote_code, which --encode-procs does "
                                "not pass on; encode it with one process")
-        settings, quantization = self.condition.encoder, self.condition.quantization
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                    f"--nproc_per_node={self.encode_processes}", "-m", "vtrepro.encode", "--model", self.model,
                    "--corpus", str(_corpus_file(dataset_folder)), "--output", str(artifacts),
-                   "--max-length-doc", str(settings.max_length_doc), "--batch-size", str(settings.batch_size),
-                   "--scale", str(quantization.scale), "--rounding", quantization.rounding,
-                   "--dtype", settings.dtype, "--projection", settings.projection]
+                   *self.condition.encoder.to_argv(), *self.condition.quantization.to_argv()]
         command += ["--model-dir", self.model_dir] if self.model_dir else []
-        print(f"encoding with {self.encode_processes} processes: {' '.join(command)}", file=sys.stderr, flush=True)
+        command += verbosity_flags()
+        logger.info(f"encoding with {self.encode_processes} processes: {' '.join(command)}")
         if subprocess.run(command).returncode != 0:
             raise VtreproError(f"the {self.encode_processes}-process encode of {dataset_folder} failed (its error is "
                                "above); rerunning resumes at the unfinished shards")
@@ -221,11 +253,12 @@ class ConditionRunner:
             documents = dataset.corpus()  # read and checked before the model loads
             manifest = encode_corpus(self.encoder, documents, artifacts, quantization, replace_other_settings=True)
             assert manifest is not None  # a lone process merges its own shards
-            query_vectors = encode_queries(self.query_encoder, queries, artifacts / QUERIES_NAME, quantization)
+            folder = EncodedFolder(artifacts)
+            query_vectors = encode_queries(self.query_encoder, queries, folder.queries, quantization)
             corpus = VectorSetSummary(manifest["fingerprint"], manifest["documents"], manifest["total_terms"])
-            encoded = EncodedVectors(artifacts / VECTORS_DIRNAME, artifacts / QUERIES_NAME)
+            encoded = EncodedVectors(folder.vectors, folder.queries)
         else:
-            print(f"  using vectors from {encoded.corpus} and {encoded.queries}", file=sys.stderr, flush=True)
+            logger.info(f"  using vectors from {encoded.corpus} and {encoded.queries}")
             query_vectors = read_query_vectors(encoded.queries)
             corpus = cached_fingerprint(encoded.corpus)
         began = time.perf_counter()

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vtrepro.encode.fingerprint import Vector, read_vectors, vector_files
+from vtrepro.encode.folder import EncodedFolder
+from vtrepro.encode.reader import Vector, read_vectors, vector_files
 from vtrepro.encode.statistics import PERCENTILES, Sparsity, expected_flops, sparsity
-from vtrepro.encode.writer import TIMINGS_NAME, VECTORS_DIRNAME, load_manifest, vectors_folder
-from vtrepro.search.lucene import SearchTiming
+from vtrepro.search.runs import SearchTiming
 
 FIGURES: dict[str, str] = {
     "encode_docs_per_s": "documents encoded per second",
@@ -51,8 +51,8 @@ def folder_mib(folder: Path) -> float:
 def encoding_rate(corpus: Path) -> tuple[float | None, str | None]:
     """Documents per second and device of an encoded corpus (its folder or its ``vectors/``), from the
     shard timings beside its manifest; None for plain vector folders and corpora not timed whole."""
-    encoded_dir = corpus.parent if corpus.name == VECTORS_DIRNAME else corpus
-    manifest, timings_path = load_manifest(encoded_dir), encoded_dir / TIMINGS_NAME
+    encoded = EncodedFolder.around(corpus)
+    manifest, timings_path = encoded.load_manifest(), encoded.timings
     if manifest is None or not timings_path.is_file():
         return None, None
     timings = json.loads(timings_path.read_text(encoding="utf-8"))
@@ -71,7 +71,7 @@ def measure(index_dir: Path, index_seconds: float, timing: SearchTiming, corpus:
     if corpus is None or queries is None:
         return efficiency
     figures["encode_docs_per_s"], figures["encode_device"] = encoding_rate(corpus)
-    documents = sparsity(vector for *_, vector in read_vectors(vector_files(vectors_folder(corpus))))
+    documents = sparsity(vector for *_, vector in read_vectors(vector_files(EncodedFolder(corpus).collection)))
     asked = sparsity(queries.values())
     figures.update(_sparsity_figures("document", documents), **_sparsity_figures("query", asked),
                    flops=expected_flops(documents, asked))

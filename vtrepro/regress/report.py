@@ -13,20 +13,21 @@ from typing import Any
 import pandas as pd
 
 from vtrepro.core.io import read_jsonl
-from vtrepro.regress.compare import ResultRow
+from vtrepro.core.machine import cpu_model
 from vtrepro.regress.spec import Spec
-from vtrepro.report.command import published_systems
 from vtrepro.report.render import build_report, figure_text, hold_interrupts, report_files, write_files
 from vtrepro.report.results import (
     CALIBRATION_FIGURES,
     MAX_LOSS_POINTS,
     RESULTS_NAME,
+    ROW_KEYS,
     STATUS_MEASURED,
+    ResultRow,
     check_results,
 )
-from vtrepro.report.tables import DEFAULT_METRIC, measured_figures, score_metrics
+from vtrepro.report.tables import DEFAULT_METRIC, measured_figures, published_systems, score_metrics
 from vtrepro.training.run_folder import LOG_NAME
-from vtrepro.vocabulary.calibrate import REPORT_NAME as CALIBRATION_REPORT
+from vtrepro.vocabulary.calibrate import CALIBRATION_REPORT
 
 # torch is imported only to record its version in a report, on purpose: BM25-only runs never load it.
 
@@ -77,7 +78,7 @@ def _aligned(frame: pd.DataFrame) -> str:
 
 def efficiency_frame(rows: list[ResultRow]) -> pd.DataFrame:
     """One line per run (condition, dataset), one column per measured figure it has."""
-    frame = pd.DataFrame([asdict(row) for row in rows], columns=list(ResultRow.__dataclass_fields__))
+    frame = pd.DataFrame([asdict(row) for row in rows], columns=list(ROW_KEYS))
     return pd.DataFrame([{"condition": condition, "dataset": dataset, **figures}
                          for condition, dataset, figures in measured_figures(frame)])
 
@@ -93,16 +94,6 @@ def format_table(rows: list[ResultRow]) -> str:
         text += ("\n\nMeasured on this machine (efficiency, and vector agreement; not judged):\n"
                  + _aligned(shown.reset_index(names="figure")))
     return text
-
-
-def cpu_model() -> str:
-    """The processor's model name (Linux), else what ``platform`` knows."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text(errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def environment() -> dict[str, str]:
@@ -145,8 +136,8 @@ def condition_records(spec: Spec, out_dir: Path, train_root: Path) -> dict[str, 
 
 
 def write_report(spec: Spec, rows: list[ResultRow], timings: dict[str, float], out_dir: Path, argv: list[str],
-                 distributions: dict[str, dict[str, list[float]]], interrupted: bool = False,
-                 train_root: Path = Path("runs/train")) -> None:
+                 distributions: dict[str, dict[str, list[float]]], interrupted: bool = False, *,
+                 train_root: Path) -> None:
     """``results.json`` and ``results.csv`` with the comparison report of this run alone (``report.md``,
     ``report.html``, ``table.csv``, figures): made in memory, checked by the report's own reader, then
     replaced together (:func:`vtrepro.report.render.write_files`, ``results.json`` last), so a failure

@@ -16,7 +16,7 @@ too), 2 bad input.
 
 from __future__ import annotations
 
-import argparse
+import logging
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -48,7 +48,8 @@ from vtrepro.regress.compare import (
     compare,
     compare_averages,
 )
-from vtrepro.regress.conditions import ConditionRunner
+from vtrepro.regress.conditions import ConditionRunner, describe_source
+from vtrepro.regress.context import RunContext
 from vtrepro.regress.report import format_table, judged, tally, write_report
 from vtrepro.regress.sources import check_encoded, vector_sources
 from vtrepro.regress.spec import Condition, DatasetRun, EncodedVectors, Spec, load_spec, record_observed
@@ -56,8 +57,7 @@ from vtrepro.report.results import NOT_OK, STATUS_ERROR, STATUS_FAIL, STATUS_MEA
 from vtrepro.training.recipe import load_recipe
 from vtrepro.training.stages import Stage
 
-BUNDLE_CACHE = ".bundles"  # under --output: bundles given to --vectors, extracted once
-TRAIN_ROOT = "train"  # under --output: the models of 'train' recipes
+logger = logging.getLogger(__name__)
 
 
 def selected_runs(spec: Spec, datasets: str | None) -> Iterable[tuple[Condition, DatasetRun]]:
@@ -83,8 +83,7 @@ def _training_plan(recipe_name: str, train_root: Path) -> str:
     return f"model {final} from recipe {recipe.path} ({state})"
 
 
-def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], data_dir, model_dir,
-                  train_root: Path = Path("runs/train")) -> str:
+def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], context: RunContext) -> str:
     """What a run would do, and whether each model and dataset is available here."""
     lines = [f"{spec.path}: {len(selected)} run(s), metrics {', '.join(spec.metrics)}, top {spec.k}"]
     problems: dict[str, str] = {}
@@ -94,14 +93,15 @@ def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], data
         elif dataset.encoded:
             what = f"encoded vectors {dataset.encoded.corpus} and {dataset.encoded.queries}"
         elif condition.train:
-            what = _training_plan(condition.train, train_root)
+            what = _training_plan(condition.train, context.train_root)
         else:
             base = str(condition.model)
-            where, problem = model_availability(base, model_dir)
+            where, problem = model_availability(base, context.model_dir)
             if problem:
                 problems[base] = problem
-            what = f"model {base} ({where})" + "".join(_describe_stage(stage) for stage in condition.stages)
-        local = check_dataset_split(dataset.name, dataset.split, data_dir)  # what the real run checks first
+            what = (f"model {base} ({where})" + describe_source(condition, context.output / spec.name)
+                    + "".join(_describe_stage(stage) for stage in condition.stages))
+        local = check_dataset_split(dataset.name, dataset.split, context.data_dir)  # what the real run checks first
         pinned = sum(value is not None for value in dataset.scores.values())
         lines.append(
             f"  {condition.name} / {dataset.name} [{dataset.split}]: {what}; data "
@@ -119,34 +119,34 @@ def _local_dataset(name: str, data_dir: str | None) -> Path | None:
         return None
 
 
-def run_inputs(spec: Spec, selected: list[tuple[Condition, DatasetRun]], args: argparse.Namespace) -> list[Path | str | None]:
+def run_inputs(spec: Spec, selected: list[tuple[Condition, DatasetRun]], context: RunContext) -> list[Path | str | None]:
     """The files and folders a regression reads: the spec, ``--vectors``/``--reference-vectors``, the
     datasets, each condition's encoded vectors, local model folder and training recipe."""
-    inputs: list[Path | str | None] = [spec.path, args.vectors, args.reference_vectors]
+    inputs: list[Path | str | None] = [spec.path, context.vectors, context.reference_vectors]
     for condition, dataset in selected:
-        inputs.append(_local_dataset(dataset.name, args.data_dir))
+        inputs.append(_local_dataset(dataset.name, context.data_dir))
         if dataset.encoded:
             inputs += [dataset.encoded.corpus, dataset.encoded.queries]
         if condition.model:
-            inputs.append(resolve_model(condition.model, args.model_dir))
+            inputs.append(resolve_model(condition.model, context.model_dir))
         if condition.train:
             inputs.append(load_recipe(condition.train).path)
     return inputs
 
 
-def check_outputs(spec: Spec, selected: list[tuple[Condition, DatasetRun]], args: argparse.Namespace) -> Path:
+def check_outputs(spec: Spec, selected: list[tuple[Condition, DatasetRun]], context: RunContext) -> Path:
     """The run's folder ``<output>/<spec>``, checked before any work: it and the other folders regress writes
     under ``--output`` (the bundle cache, the training root) keep apart from every input
     (:func:`vtrepro.core.io.check_output`), and every artifact folder the spec's names make stays inside
     its root, links followed."""
-    out_dir = check_within(args.output / spec.name, args.output)
+    out_dir = check_within(context.output / spec.name, context.output)
     folders = [out_dir]
-    if args.vectors or args.reference_vectors:
-        folders.append(args.output / BUNDLE_CACHE)
-    train_root = args.output / TRAIN_ROOT
+    if context.vectors or context.reference_vectors:
+        folders.append(context.bundle_cache)
+    train_root = context.train_root
     trained = {load_recipe(condition.train).name for condition, _ in selected if condition.train}
     folders += [train_root] if trained else []
-    inputs = run_inputs(spec, selected, args)
+    inputs = run_inputs(spec, selected, context)
     for folder in folders:
         check_output(folder, inputs, kind="folder")
     for condition, dataset in selected:
@@ -157,7 +157,7 @@ def check_outputs(spec: Spec, selected: list[tuple[Condition, DatasetRun]], args
 
 
 def _describe_stage(stage: Stage) -> str:
-    options = stage.options
+    options = stage.options.to_dict()
     if stage.name == "transfer":
         leaveout = options["leaveout"]
         held_out = f" after leaving out {leaveout['fraction']:.0%} of its tokens" if leaveout else ""
@@ -196,44 +196,48 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="validate the spec, print the plan, run nothing")
     add_trust_remote_code(parser)
     args = parser.parse_args(argv)
-
+    context = RunContext(output=args.output, model_dir=args.model_dir, data_dir=args.data_dir, threads=args.threads,
+                         encode_processes=args.encode_procs, vectors=args.vectors,
+                         reference_vectors=args.reference_vectors, record=args.record, strict=args.strict,
+                         trust_remote_code=args.trust_remote_code, command=tuple(argv))
 
     spec = load_spec(args.spec)
     selected = list(selected_runs(spec, args.datasets))
-    grant_remote_code(spec.path, _remote_code_askers(spec), args.trust_remote_code)
-    out_dir = check_outputs(spec, selected, args)
-    if args.record:
+    grant_remote_code(spec.path, _remote_code_askers(spec), context.trust_remote_code)
+    out_dir = check_outputs(spec, selected, context)
+    if context.record:
         check_replaceable(spec.path)
     if args.dry_run:
-        print(describe_plan(spec, selected, args.data_dir, args.model_dir, args.output / TRAIN_ROOT))
+        print(describe_plan(spec, selected, context))
         return EXIT_OK
     datasets = {}
     for condition, dataset_run in selected:  # fail on missing data or a bad training recipe before any work
         if dataset_run.name not in datasets:
-            datasets[dataset_run.name] = load_dataset(dataset_run.name, args.data_dir)
+            datasets[dataset_run.name] = load_dataset(dataset_run.name, context.data_dir)
         datasets[dataset_run.name].queries(dataset_run.split)  # reads and checks the qrels and the queries
         if condition.train:
             load_recipe(condition.train)
-    cache = args.output / BUNDLE_CACHE
-    sources = vector_sources(args.vectors, selected, cache) if args.vectors else {}
-    references = vector_sources(args.reference_vectors, selected, cache) if args.reference_vectors else {}
+    cache = context.bundle_cache
+    sources = vector_sources(context.vectors, selected, cache) if context.vectors else {}
+    references = vector_sources(context.reference_vectors, selected, cache) if context.reference_vectors else {}
     for encoded in [*sources.values(), *(dataset.encoded for _, dataset in selected if dataset.encoded)]:
         check_encoded(encoded)
     start_jvm()
 
-    outcome = run_all(spec, selected, out_dir, args, argv, sources, references, datasets)
+    outcome = run_all(spec, selected, out_dir, context, sources, references, datasets)
     rows, record_failure = outcome.rows, None
-    if args.record and not outcome.errors:
+    if context.record and not outcome.errors:
         record_failure = _record(spec, outcome)
         if record_failure is None:
             rows = [row if row.kind == "reference" or row.status == STATUS_MEASURED else
                     ResultRow(**{**asdict(row), "expected": row.observed, "status": STATUS_OK, "tier": TIER_FIXED,
                                  "note": ""})
                     for row in rows]
-    if args.strict:
+    if context.strict:
         rows = [ResultRow(**{**asdict(row), "status": STATUS_FAIL}) if row.status == STATUS_OKISH else row
                 for row in rows]
-    write_report(spec, rows, outcome.timings, out_dir, argv, outcome.distributions, train_root=args.output / TRAIN_ROOT)
+    write_report(spec, rows, outcome.timings, out_dir, list(context.command), outcome.distributions,
+                 train_root=context.train_root)
     print(format_table(rows))
     failed = [row for row in rows if row.status in NOT_OK]
     okish = sum(row.status == STATUS_OKISH for row in rows)
@@ -241,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{ok} OK, {okish} OKISH, {len(failed)} not OK; report: {out_dir / 'report.md'} and report.html")
     if outcome.errors:
         others = f"; {len(outcome.errors) - 1} more run(s) failed" if len(outcome.errors) > 1 else ""
-        nothing_recorded = "; nothing was recorded into the spec" if args.record else ""
+        nothing_recorded = "; nothing was recorded into the spec" if context.record else ""
         raise VtreproError(f"{outcome.errors[0]}{others} (every run's outcome is in {out_dir / 'report.md'}"
                            f"{nothing_recorded})")
     if record_failure is not None:
@@ -257,7 +261,7 @@ def _record(spec: Spec, outcome: Outcome) -> str | None:
         record_observed(spec.path, outcome.recorded)
     except (VtreproError, OSError) as error:
         return os_error_message(error) if isinstance(error, OSError) else " ".join(str(error).split())
-    print(f"recorded observed values into {spec.path}", file=sys.stderr)
+    logger.info(f"recorded observed values into {spec.path}")
     return None
 
 
@@ -283,15 +287,17 @@ def _agreement(condition: Condition, dataset_run: DatasetRun, observation: Obser
         return []
     other = encodings.get((condition.agrees_with, dataset_run.name))
     if other is None:
-        print(f"[{condition.name} / {dataset_run.name}] no vectors of '{condition.agrees_with}' on this dataset to "
-              "measure against (it failed or was not selected)", file=sys.stderr, flush=True)
+        logger.warning(f"[{condition.name} / {dataset_run.name}] no vectors of '{condition.agrees_with}' on this "
+                       "dataset to measure against (it failed or was not selected)")
         return []
     return agreement_rows(condition, dataset_run, vector_agreement(observation.encoded, other))
 
 
-def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: Path, args: argparse.Namespace,
-            argv: list[str], sources: dict, references: dict, datasets: dict) -> Outcome:
-    """Run every selected (condition, dataset). A run that fails on bad input or the file system is
+def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: Path, context: RunContext,
+            sources: dict, references: dict, datasets: dict) -> Outcome:
+    """Run every selected (condition, dataset) with the settings of ``context`` (``sources`` and
+    ``references``: the given vectors by (condition, dataset) name; ``datasets``: each loaded dataset by
+    name). A run that fails on bad input or the file system is
     recorded as an ERROR row and the others go on; when anything else stops the loop (an interrupt,
     an internal error) the report of what finished is written first."""
     outcome = Outcome()
@@ -299,14 +305,13 @@ def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: P
     encodings: dict[tuple[str, str], EncodedVectors] = {}  # the vectors each impact run searched
     try:
         for condition in spec.conditions:
-            runner = ConditionRunner(condition, spec, out_dir, args.model_dir, args.data_dir, args.threads,
-                                     args.output / TRAIN_ROOT, args.encode_procs)
+            runner = ConditionRunner(condition, spec, out_dir, context)
             observations: dict[str, Observation] = {}
             for dataset_run in condition.datasets:
                 key = (condition.name, dataset_run.name)
                 if key not in chosen:
                     continue
-                print(f"[{condition.name} / {dataset_run.name}] running", file=sys.stderr, flush=True)
+                logger.info(f"[{condition.name} / {dataset_run.name}] running")
                 try:
                     observation = runner.run(dataset_run, datasets[dataset_run.name], sources.get(key),
                                              references.get(key))
@@ -316,7 +321,7 @@ def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: P
                     outcome.errors.append(f"{condition.name}/{dataset_run.name}: {message}")
                     outcome.rows.append(ResultRow(condition.name, dataset_run.name, "run", "error", None, None,
                                                   STATUS_ERROR, "", message))
-                    print(f"[{condition.name} / {dataset_run.name}] failed: {message}", file=sys.stderr, flush=True)
+                    logger.error(f"[{condition.name} / {dataset_run.name}] failed: {message}")
                     continue
                 observations[dataset_run.name] = observation
                 outcome.timings[f"{condition.name}/{dataset_run.name}"] = observation.seconds
@@ -324,15 +329,14 @@ def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: P
                     outcome.distributions[f"{condition.name}/{dataset_run.name}"] = observation.efficiency.distributions
                 rows = compare(condition, dataset_run, observation) + agreement
                 outcome.rows += rows
-                print(f"[{condition.name} / {dataset_run.name}] done in {observation.seconds} s: {tally(rows)}",
-                      file=sys.stderr, flush=True)
+                logger.info(f"[{condition.name} / {dataset_run.name}] done in {observation.seconds} s: {tally(rows)}")
                 outcome.recorded[key] = {
                     "scores": observation.scores, "index": observation.index,
                     "vectors": {name: summary.sha256 for name, summary in observation.vectors.items()},
                 }
             outcome.rows += compare_averages(condition, observations)
     except BaseException:  # an interrupt or an internal error: keep what finished, then report the failure
-        write_report(spec, outcome.rows, outcome.timings, out_dir, argv, outcome.distributions, interrupted=True,
-                     train_root=args.output / TRAIN_ROOT)
+        write_report(spec, outcome.rows, outcome.timings, out_dir, list(context.command), outcome.distributions,
+                     interrupted=True, train_root=context.train_root)
         raise
     return outcome

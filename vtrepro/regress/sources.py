@@ -5,17 +5,11 @@ import functools
 from pathlib import Path
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.encode.fingerprint import (
-    VectorDiff,
-    VectorSetSummary,
-    compare_vectors,
-    fingerprint_folder,
-    load_vectors,
-    vector_files,
-)
-from vtrepro.regress.bundle import BUNDLE_MANIFEST, QUERIES_NAME, open_bundle, read_bundle_manifest, verify_runs
+from vtrepro.encode.fingerprint import VectorDiff, VectorSetSummary, compare_vectors, fingerprint_folder
+from vtrepro.encode.folder import EncodedFolder
+from vtrepro.encode.reader import load_vectors, read_query_vectors, vector_files
+from vtrepro.regress.bundle import BUNDLE_MANIFEST, open_bundle, read_bundle_manifest, verify_runs
 from vtrepro.regress.spec import Condition, DatasetRun, EncodedVectors
-from vtrepro.search.lucene import read_query_vectors
 
 
 def vector_differences(reference: EncodedVectors, used: EncodedVectors) -> dict[str, VectorDiff]:
@@ -45,13 +39,13 @@ def vector_sources(path: Path, runs: list[tuple[Condition, DatasetRun]], cache: 
         raise VtreproError(f"--vectors {path}: the selected runs are all BM25; they have no vectors")
     sources = {}
     for condition, dataset in impact:
-        run_dir = root / condition / dataset
-        if not run_dir.is_dir() and len(impact) == 1 and (root / QUERIES_NAME).is_file():
-            run_dir = root  # one encoded corpus folder for the one run
-        if not (run_dir / QUERIES_NAME).is_file() or not (run_dir / "vectors").is_dir():
+        folder = EncodedFolder(root / condition / dataset)
+        if not folder.root.is_dir() and len(impact) == 1 and EncodedFolder(root).queries.is_file():
+            folder = EncodedFolder(root)  # one encoded corpus folder for the one run
+        if not folder.queries.is_file() or not folder.vectors.is_dir():
             raise VtreproError(f"{path}: no vectors for {condition}/{dataset} (expected {condition}/{dataset}/"
-                               f"{QUERIES_NAME} and vectors/); use --datasets to choose runs it holds")
-        sources[(condition, dataset)] = EncodedVectors(run_dir / "vectors", run_dir / QUERIES_NAME)
+                               f"{folder.queries.name} and {folder.vectors.name}/); use --datasets to choose runs it holds")
+        sources[(condition, dataset)] = EncodedVectors(folder.vectors, folder.queries)
     return sources
 
 

@@ -19,14 +19,16 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, unsafe_character
-from vtrepro.core.schema import MAX_BATCH_SIZE, MAX_TEXT_TOKENS, Checker, Field, read_yaml, round_trip_yaml
+from vtrepro.core.options import modernize
+from vtrepro.core.schema import Checker, Field, read_yaml, round_trip_yaml
 from vtrepro.data.beir import DATASET_NAME
-from vtrepro.encode.vectors import MAX_SCALE, MIN_SCALE, ROUNDINGS, Quantization
+from vtrepro.encode.vectors import Quantization
 from vtrepro.evaluate.trec import DEFAULT_METRICS, parse_metric
-from vtrepro.model.options import PRECISIONS, PROJECTIONS
+from vtrepro.model.options import EncoderOptions
 from vtrepro.report.published import PublishedSystem, load_system
-from vtrepro.search.lucene import MAX_K
+from vtrepro.search.runs import MAX_K
 from vtrepro.training.stages import Stage, read_stage
+from vtrepro.vocabulary.transfer import TransferOptions
 
 REGRESSIONS_DIR = Path(__file__).resolve().parents[2] / "regressions"
 INDEX_STATS = ("documents", "total_terms")
@@ -38,7 +40,7 @@ _VECTOR_KEYS = ("corpus", "queries")
 _CONDITION = {
     "description": Field(str, None), "retrieval": Field(str, None, ("bm25", "impact")), "model": Field(str, None),
     "train": Field(str, None, what="a recipe file or a name in regressions/recipes/"),
-    "trust_remote_code": Field(bool, None), "query_encoder": Field(str, None, ("model", "idf")),
+    "trust_remote_code": Field(bool, None), "query_encoder": Field(str, None, ("splade", "idf")),
     "reference_source": Field(str, None), "reference_tolerance": Field(float, None, minimum=0),
     "published": Field(str, None, what="<table>/<system> of a table in regressions/published/"),
     "agrees_with": Field(str, None, what="the name of an impact condition earlier in this spec"),
@@ -46,28 +48,17 @@ _CONDITION = {
                                                "transfer", "calibrate", "tolerance")},
 }
 _BM25 = {"k1": Field(float, None, minimum=0), "b": Field(float, None, minimum=0, maximum=1)}
-_ENCODER = {**{key: Field(int, None, minimum=1, maximum=MAX_TEXT_TOKENS) for key in ("max_length_doc", "max_length_query")},
-            "batch_size": Field(int, None, minimum=1, maximum=MAX_BATCH_SIZE),
-            "dtype": Field(str, None, PRECISIONS), "projection": Field(str, None, PROJECTIONS)}
-_QUANTIZATION = {"scale": Field(float, None, minimum=MIN_SCALE, maximum=MAX_SCALE), "rounding": Field(str, None, ROUNDINGS)}
 _TOLERANCE = {key: Field(float, None, minimum=0) for key in ("total_terms", "scores")}
-_TRANSFER_SOURCE = {"source": Field(str)}  # the masked-LM checkpoint to transfer
+_OLD_QUERY_ENCODERS = {"model": "splade"}
+"""The old spelling of a condition's ``query_encoder`` (recipes always said splade), read with a notice."""
+_TRANSFER_SOURCE = {"source": Field(str, what="a checkpoint folder or Hub id, or {build: round_trip, from: MODEL}")}
+SOURCE_BUILDS = ("round_trip",)
+"""Transfer sources a spec may declare built rather than name: ``source: {build: round_trip, from: MODEL}`` is
+MODEL moved onto GPT-2's BPE vocabulary (:mod:`vtrepro.vocabulary.gpt2`), built once by the run itself."""
+_BUILT_SOURCE = {"build": Field(str, choices=SOURCE_BUILDS), "from": Field(str)}
 _DATASET = {"split": Field(str, None), **{key: Field("mapping", None)
                                           for key in ("scores", "reference", "index", "vectors", "encoded")}}
 _INDEX = {key: Field(int, None, minimum=0, nullable=True) for key in INDEX_STATS}
-
-
-@dataclass(frozen=True)
-class EncoderSettings:
-    """How a condition encodes. A half-precision ``dtype`` gives other vectors than float32: their own
-    pins, and a tolerance measured for them; a screened ``projection`` gave float32's quantized vectors
-    in every run measured."""
-
-    max_length_doc: int = 512
-    max_length_query: int = 64
-    batch_size: int = 32
-    dtype: str = "float32"
-    projection: str = "dense"
 
 
 @dataclass(frozen=True)
@@ -112,18 +103,19 @@ class Condition:
     model: str | None = None
     trust_remote_code: bool = False
     bm25: dict[str, float] = field(default_factory=lambda: {"k1": 0.9, "b": 0.4})
-    encoder: EncoderSettings = EncoderSettings()
+    encoder: EncoderOptions = EncoderOptions()
     quantization: Quantization = Quantization()
     reference_source: str | None = None
     reference_tolerance: float = 0.0
     reference_average: dict[str, float] = field(default_factory=dict)
     description: str = ""
     train: str | None = None  # training recipe (file or name in regressions/recipes/) whose final model is used
-    query_encoder: str = "model"  # "model" (SPLADE queries) or "idf" (inference-free: idf.json beside the model)
+    query_encoder: str = "splade"  # "splade" (SPLADE queries) or "idf" (inference-free: idf.json beside the model)
     stages: tuple[Stage, ...] = ()  # from the 'transfer' and 'calibrate' blocks, applied to ``model`` in order
     tolerance: Tolerance = Tolerance()
     published: PublishedSystem | None = None  # the published system its references come from
     agrees_with: str | None = None  # an earlier condition whose vectors these are measured against
+    source_build: str | None = None  # one of SOURCE_BUILDS: the transfer source is built from ``model`` first
 
 
 @dataclass
@@ -220,6 +212,8 @@ def _load_condition(check: Checker, parent: CommentedMap, name: str, metrics: tu
     if not isinstance(name, str) or not name or unsafe_character(name) or "/" in name:
         raise check.fail(parent, name, f"{where}: a condition name must be a non-empty string without whitespace, "
                                        "control characters or '/' (it names a folder and the run's tag); rename it")
+    if isinstance(parent[name], CommentedMap):
+        modernize(check, parent[name], where, {}, {"query_encoder": _OLD_QUERY_ENCODERS})
     given = check.read(parent, name, _CONDITION, where, fill=False)
     node = parent[name] or CommentedMap()
     sources = [key for key in ("model", "transfer", "train") if key in given]
@@ -239,19 +233,26 @@ def _load_condition(check: Checker, parent: CommentedMap, name: str, metrics: tu
     if not datasets:
         raise check.fail(parent, name, f"{where} needs 'datasets:' mapping dataset names to expected scores")
     model, stages = given.get("model"), []
+    source_build = None
     if "transfer" in given:
-        transfer = read_stage(check, node, "transfer", "transfer", f"{where}.transfer", extra=_TRANSFER_SOURCE)
-        model = transfer.options.pop("source")
-        stages.append(transfer)
+        built = isinstance(node["transfer"], CommentedMap) and isinstance(node["transfer"].get("source"), CommentedMap)
+        options, source = TransferOptions.read_with(check, node, "transfer", f"{where}.transfer",
+                                                    {"source": Field("mapping")} if built else _TRANSFER_SOURCE)
+        model = source["source"]
+        if built:
+            source = check.read(node["transfer"], "source", _BUILT_SOURCE, f"{where}.transfer.source")
+            model, source_build = source["from"], source["build"]
+        stages.append(Stage("transfer", options))
     if "calibrate" in given:
         stages.append(read_stage(check, node, "calibrate", "calibrate", f"{where}.calibrate"))
     condition = Condition(
         name=name, retrieval=retrieval, datasets=[], model=model, stages=tuple(stages), train=given.get("train"),
+        source_build=source_build,
         description=given.get("description", ""), trust_remote_code=given.get("trust_remote_code", False),
-        query_encoder=given.get("query_encoder", "model"),
+        query_encoder=given.get("query_encoder", "splade"),
         bm25={"k1": 0.9, "b": 0.4, **check.read(node, "bm25", _BM25, f"{where}.bm25", fill=False)},
-        encoder=EncoderSettings(**check.read(node, "encoder", _ENCODER, f"{where}.encoder", fill=False)),
-        quantization=Quantization(**check.read(node, "quantization", _QUANTIZATION, f"{where}.quantization", fill=False)),
+        encoder=EncoderOptions.read(check, node, "encoder", f"{where}.encoder"),
+        quantization=Quantization.read(check, node, "quantization", f"{where}.quantization"),
         reference_source=given.get("reference_source"), reference_tolerance=given.get("reference_tolerance", 0.0),
         reference_average=_metric_values(check, node, "reference_average", metrics, f"{where}.reference_average", False),
         tolerance=_load_tolerance(check, node, where, tolerance), agrees_with=given.get("agrees_with"),

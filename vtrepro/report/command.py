@@ -16,30 +16,10 @@ from vtrepro.core.cli import cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output
 from vtrepro.evaluate.trec import parse_metric
-from vtrepro.report.published import PUBLISHED_DIR, PublishedSystem, load_system, load_table
+from vtrepro.report.published import PUBLISHED_DIR
 from vtrepro.report.render import build_report, report_paths, write_report_files
 from vtrepro.report.results import Results, load_results
-from vtrepro.report.tables import DEFAULT_METRIC, score_metrics
-
-
-def published_systems(results: list[Results], names: list[str] | None) -> list[PublishedSystem]:
-    """The published systems to show: ``names`` (tables or ``<table>/<system>``), or by default those the
-    results refer to and every system with per-dataset values on a dataset the results cover."""
-    chosen: dict[str, PublishedSystem] = {}
-    for result in results:
-        for record in result.conditions.values():
-            if record.published:  # checked to be <table>/<system> of a table there
-                system = load_system(str(PUBLISHED_DIR / record.published))
-                chosen[system.key] = system
-    if names is None:
-        datasets = {dataset for result in results for dataset in result.rows["dataset"]}
-        candidates = [system for path in sorted(PUBLISHED_DIR.glob("*.yaml")) for system in load_table(path).values()
-                      if datasets & set(system.datasets)]
-    else:
-        candidates = [system for name in names
-                      for system in ([load_system(name)] if "/" in name else load_table(name).values())]
-    chosen.update({system.key: system for system in candidates})
-    return list(chosen.values())
+from vtrepro.report.tables import DEFAULT_METRIC, published_systems, score_metrics
 
 
 def check_metric(results: list[Results], metric: str) -> None:

@@ -14,7 +14,7 @@ the folder once links are followed.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,29 @@ NOT_OK = (STATUS_FAIL, STATUS_UNPINNED, STATUS_ERROR)
 TIER_FIXED, TIER_ENCODED, TIER_PUBLISHED, TIER_MACHINE = "fixed", "encoded", "published", "machine"
 TIERS = (TIER_FIXED, TIER_ENCODED, TIER_PUBLISHED, TIER_MACHINE, "")
 """How a row was judged; '' for the row of a run that failed."""
-ROW_KEYS = ("condition", "dataset", "metric", "kind", "expected", "observed", "status", "tier", "note")
+
+
+@dataclass
+class ResultRow:
+    """One row of ``results.json``: a figure of a condition on a dataset, what was expected and what was seen.
+
+    The one declaration of the row format: regress writes these rows, and the report reads them back
+    (:data:`ROW_KEYS`)."""
+
+    condition: str
+    dataset: str
+    metric: str
+    kind: str  # "vectors" (fingerprint), "index" (statistic), "score" (pinned), "reference" (published), "efficiency",
+    # "agreement" (vectors against another condition's)
+    expected: float | int | str | None
+    observed: float | int | str | None
+    status: str
+    tier: str = TIER_FIXED
+    note: str = ""
+
+
+ROW_KEYS = tuple(item.name for item in fields(ResultRow))
+"""The keys of a results.json row, in order."""
 CALIBRATION_FIGURES = ("active_mean", "active_p50", "active_p90")
 """APC's active terms per document, before and after calibration, as a condition's results record them."""
 _SCORE = "a number in [0, 1]"

@@ -9,7 +9,7 @@ import pandas as pd
 
 from vtrepro.data.beir import BEIR_DATASETS
 from vtrepro.evaluate.trec import paired_comparison
-from vtrepro.report.published import PublishedSystem, beir_average
+from vtrepro.report.published import PUBLISHED_DIR, PublishedSystem, beir_average, load_system, load_table
 from vtrepro.report.results import STATUS_MEASURED, Results
 
 DEFAULT_METRIC = "ndcg@10"
@@ -173,3 +173,23 @@ def checks_table(results: Results) -> pd.DataFrame:
     """The regression's judged rows (pins and published values), as the regression printed them."""
     rows = results.rows[results.rows["status"] != STATUS_MEASURED]
     return rows[["condition", "dataset", "metric", "kind", "tier", "expected", "observed", "status", "note"]]
+
+
+def published_systems(results: list[Results], names: list[str] | None) -> list[PublishedSystem]:
+    """The published systems to show: ``names`` (tables or ``<table>/<system>``), or by default those the
+    results refer to and every system with per-dataset values on a dataset the results cover."""
+    chosen: dict[str, PublishedSystem] = {}
+    for result in results:
+        for record in result.conditions.values():
+            if record.published:  # checked to be <table>/<system> of a table there
+                system = load_system(str(PUBLISHED_DIR / record.published))
+                chosen[system.key] = system
+    if names is None:
+        datasets = {dataset for result in results for dataset in result.rows["dataset"]}
+        candidates = [system for path in sorted(PUBLISHED_DIR.glob("*.yaml")) for system in load_table(path).values()
+                      if datasets & set(system.datasets)]
+    else:
+        candidates = [system for name in names
+                      for system in ([load_system(name)] if "/" in name else load_table(name).values())]
+    chosen.update({system.key: system for system in candidates})
+    return list(chosen.values())
