@@ -11,7 +11,7 @@ from pathlib import Path
 from vtrepro.core.cli import add_data_dir, cli_entry, command_parser
 from vtrepro.data.beir import load_dataset
 from vtrepro.evaluate.trec import compare_runs
-from vtrepro.search.lucene import read_trec_run
+from vtrepro.search.runs import read_trec_run
 
 
 def ablation_rows(runs: Path, data_dir: str | None, against: str, original: str, metric: str) -> list[str]:

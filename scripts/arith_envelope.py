@@ -233,7 +233,7 @@ def compare_vectors(ref: dict[str, dict[str, int]], other: dict[str, dict[str, i
 
 def per_query(run_file: Path, qrels: dict, metrics: list[str]) -> dict[str, dict[str, float]]:
     from vtrepro.evaluate.trec import per_query_scores
-    from vtrepro.search.lucene import read_trec_run
+    from vtrepro.search.runs import read_trec_run
 
     run = read_trec_run(run_file)
     return {metric: per_query_scores(run, qrels, metric) for metric in metrics}
@@ -251,7 +251,7 @@ def boundary_margin(value: float) -> float:
 
 def compare_dataset(dataset: str, results: dict[str, dict], work: Path, reference: str) -> dict[str, Any]:
     from vtrepro.data.beir import load_dataset
-    from vtrepro.search.lucene import read_trec_run
+    from vtrepro.search.runs import read_trec_run
 
     qrels = load_dataset(dataset).qrels("test")
     metrics = list(results[reference]["scores_4dp"])

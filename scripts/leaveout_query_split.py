@@ -16,7 +16,7 @@ from pathlib import Path
 
 from vtrepro.data.beir import load_dataset
 from vtrepro.evaluate.trec import per_query_scores
-from vtrepro.search.lucene import read_trec_run
+from vtrepro.search.runs import read_trec_run
 from vtrepro.vocabulary.target import load_tokenizer
 
 

@@ -1,8 +1,20 @@
-"""Shared fixtures: real assets from ../shared (never copied into the repo)."""
+"""Shared fixtures: real assets from ../shared (never copied into the repo).
+
+Session fixtures that hand tests a mutable object or folder (the loaded encoder, the sample documents,
+built indexes and runs) are guarded: :func:`_shared_fixtures_unchanged` fingerprints what a test may
+not change in them after every test that uses them (directly or through another fixture) and fails
+that test by name when it changed them, then restores them where that is cheap, so no test sees
+another's changes and none pays for a fresh model load.
+"""
 from __future__ import annotations
 
+import copy
+import hashlib
 import os
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -39,20 +51,123 @@ def splade_tiny(models_dir: Path) -> Path:
     return models_dir / "splade-tiny"
 
 
+@dataclass
+class SharedGuard:
+    """What no test may change in a session fixture's value: ``fingerprint()`` now against ``baseline``
+    (taken when the fixture was made), and ``restore()`` that puts the value back, or None where that
+    is too costly (the failure then names the test and later tests may fail too)."""
+
+    fingerprint: Callable[[], dict[str, Any]]
+    baseline: dict[str, Any]
+    restore: Callable[[], None] | None = None
+
+    def changes(self) -> list[str]:
+        """The parts of the fingerprint that differ from the baseline."""
+        now = self.fingerprint()
+        return sorted(key for key in {*now, *self.baseline} if now.get(key) != self.baseline.get(key))
+
+
+_GUARDS: dict[str, SharedGuard] = {}
+"""Guarded session fixtures by name, registered by :func:`guard` as each is made."""
+
+
+def guard(name: str, fingerprint: Callable[[], dict[str, Any]], restore: Callable[[], None] | None = None) -> None:
+    """Guard the session fixture ``name`` from here on: its current fingerprint is the baseline."""
+    _GUARDS[name] = SharedGuard(fingerprint, fingerprint(), restore)
+
+
+@pytest.fixture(autouse=True)
+def _shared_fixtures_unchanged(request):
+    """After each test, fail it by name when it (or a fixture it uses) changed a guarded session fixture."""
+    yield
+    for name in request.fixturenames:
+        shared = _GUARDS.get(name)
+        if shared is None:
+            continue
+        changed = shared.changes()
+        if not changed:
+            continue
+        if shared.restore is not None:
+            shared.restore()
+        pytest.fail(f"{request.node.nodeid} changed the session fixture '{name}' ({', '.join(changed)}), which "
+                    f"other tests share; work on a copy instead{'' if shared.restore else ' (not restored)'}",
+                    pytrace=False)
+
+
+def folder_fingerprint(folder: Path, pattern: str = "**/*") -> dict[str, Any]:
+    """SHA-256 of each file under ``folder`` matching ``pattern``, by relative path."""
+    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(folder.glob(pattern)) if path.is_file()}
+
+
+def restore_folder(folder: Path, snapshot: Path) -> Callable[[], None]:
+    """Copy ``folder`` to ``snapshot`` now; the function returned puts that copy back in its place."""
+    shutil.copytree(folder, snapshot)
+
+    def restore() -> None:
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.copytree(snapshot, folder)
+
+    return restore
+
+
 @pytest.fixture(scope="session")
 def scifact_sample(data_dir: Path):
     """The first 60 scifact documents: small enough to encode several times in a test."""
     from vtrepro.data.beir import load_dataset
 
-    return load_dataset("scifact", data_dir).corpus()[:60]
+    sample = load_dataset("scifact", data_dir).corpus()[:60]
+    pristine = tuple(sample)  # documents are frozen: the list itself is what a test could change
+
+    def restore() -> None:
+        sample[:] = pristine
+
+    guard("scifact_sample", lambda: {"documents": tuple(sample)}, restore)
+    return sample
+
+
+def encoder_state(encoder) -> dict[str, Any]:
+    """What a test could change in a loaded SpladeEncoder: its weights (checksum, dtypes, devices,
+    requires_grad), train/eval mode, settings, tokenizer and vocabulary. The projection timer is left out:
+    encoding moves it."""
+    import torch
+
+    weights = hashlib.sha256()
+    for name, tensor in encoder.model.state_dict(keep_vars=True).items():
+        weights.update(f"{name} {tensor.dtype} {tensor.device} {tuple(tensor.shape)} {tensor.requires_grad}".encode())
+        weights.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+    tokenizer = encoder.tokenizer
+    settings = ("device", "options")
+    return {
+        "weights": weights.hexdigest(),
+        "training": tuple(name for name, module in encoder.model.named_modules() if module.training),
+        **{name: getattr(encoder, name) for name in settings},
+        "parts": (type(encoder.model).__name__, type(tokenizer).__name__, type(encoder.screened).__name__,
+                  encoder._decoder is encoder.model.get_output_embeddings()),
+        "tokenizer": (len(tokenizer), tokenizer.model_max_length, tokenizer.padding_side, tokenizer.truncation_side),
+        "vocabulary": hashlib.sha256("\n".join(encoder.vocabulary).encode()).hexdigest(),
+        "special_ids": encoder.special_ids,
+        "dropped_ids": tuple(encoder._dropped_ids.tolist()),
+    }
 
 
 @pytest.fixture(scope="session")
 def tiny_encoder(splade_tiny: Path):
-    """One loaded splade-tiny SpladeEncoder per test session."""
+    """One loaded splade-tiny SpladeEncoder per test session (max_length_doc 256), guarded: a test that
+    changes it fails, and a deep copy made at load restores it in place for the next."""
+    from vtrepro.model.options import EncoderOptions
     from vtrepro.model.splade import SpladeEncoder
 
-    return SpladeEncoder(splade_tiny, max_length_doc=256)
+    encoder = SpladeEncoder(splade_tiny, EncoderOptions(max_length_doc=256))
+    pristine = copy.deepcopy(encoder)
+
+    def restore() -> None:
+        fresh = vars(copy.deepcopy(pristine))
+        vars(encoder).clear()
+        vars(encoder).update(fresh)
+
+    guard("tiny_encoder", lambda: encoder_state(encoder), restore)
+    return encoder
 
 
 MINI_CORPUS = {"d1": "heart attack causes and risk factors", "d2": "protein folding in yeast cells", "d3": "heart rate"}
@@ -72,10 +187,14 @@ def write_mini_beir(root: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def gpt2_bpe(tmp_path_factory) -> Path:
-    """A folder holding a real cased byte-level BPE tokenizer: GPT-2's exact files in RoBERTa's layout."""
+    """A folder holding a real cased byte-level BPE tokenizer: GPT-2's exact files in RoBERTa's layout
+    (guarded: restored from a copy when a test changes it)."""
     from vtrepro.vocabulary.gpt2 import write_gpt2_bpe_tokenizer
 
-    return write_gpt2_bpe_tokenizer(tmp_path_factory.mktemp("gpt2-bpe"))
+    folder = write_gpt2_bpe_tokenizer(tmp_path_factory.mktemp("gpt2-bpe"))
+    guard("gpt2_bpe", lambda: folder_fingerprint(folder),
+          restore_folder(folder, tmp_path_factory.mktemp("gpt2-bpe-pristine") / "copy"))
+    return folder
 
 
 @pytest.fixture
@@ -119,20 +238,42 @@ def impact_index(tmp_path_factory):
             handle.write(json.dumps({"id": doc_id, "contents": "", "vector": vector}) + "\n")
     index = folder.parent / "impact-index"
     stats = build_impact_index(folder, index)
+    restore_index = restore_folder(index, tmp_path_factory.mktemp("impact-index-pristine") / "copy")
+    pristine = copy.deepcopy(stats)
+
+    def restore() -> None:
+        restore_index()
+        stats.clear()
+        stats.update(copy.deepcopy(pristine))
+
+    guard("impact_index", lambda: {**folder_fingerprint(index), "stats": copy.deepcopy(stats)}, restore)
     return index, stats
+
+
+RUN_ARTIFACTS = ("*/*/run.trec", "*/*/queries.jsonl", "*/*/vectors/*.jsonl")
+"""What other tests read of a regression run and a rerun leaves byte for byte (its report, timings and
+index are rewritten): each ``<condition>/<dataset>/``'s run file, query vectors and corpus vectors."""
+
+
+def guard_run(name: str, out_dir: Path) -> None:
+    """Guard a regression run's :data:`RUN_ARTIFACTS` by checksum (too large to keep a copy of, so not restored)."""
+    guard(name, lambda: {path: digest for pattern in RUN_ARTIFACTS
+                         for path, digest in folder_fingerprint(out_dir, pattern).items()})
 
 
 @pytest.fixture(scope="session")
 def splade_tiny_run(tmp_path_factory, data_dir, models_dir):
     """One regression run of beir_splade_tiny per test session (encoding is the expensive part):
-    ``(args, results folder, exit code)``."""
+    ``(args, results folder, exit code)``; the arguments are a tuple, so no test can change them."""
     from vtrepro.regress.runner import main as regress
     from vtrepro.regress.spec import REGRESSIONS_DIR
 
     output = tmp_path_factory.mktemp("runs")
-    args = ["--spec", str(REGRESSIONS_DIR / "beir_splade_tiny.yaml"), "--data-dir", str(data_dir),
-            "--model-dir", str(models_dir), "--output", str(output)]
-    return args, output / "beir_splade_tiny", regress(args)
+    args = ("--spec", str(REGRESSIONS_DIR / "beir_splade_tiny.yaml"), "--data-dir", str(data_dir),
+            "--model-dir", str(models_dir), "--output", str(output))
+    code = regress(list(args))
+    guard_run("splade_tiny_run", output / "beir_splade_tiny")
+    return args, output / "beir_splade_tiny", code
 
 
 @pytest.fixture(scope="session")
@@ -144,6 +285,7 @@ def bm25_flat_run(tmp_path_factory, data_dir):
     output = tmp_path_factory.mktemp("runs")
     code = regress(["--spec", str(REGRESSIONS_DIR / "beir_bm25_flat.yaml"), "--data-dir", str(data_dir),
                     "--output", str(output)])
+    guard_run("bm25_flat_run", output / "beir_bm25_flat")
     return output / "beir_bm25_flat", code
 
 

@@ -22,7 +22,7 @@ from vtrepro.core.cli import cli_entry
 from vtrepro.core.errors import VtreproError
 from vtrepro.evaluate.trec import main as evaluate_main
 from vtrepro.index.lucene import main as index_main
-from vtrepro.search.lucene import main as search_main
+from vtrepro.search.command import main as search_main
 
 GOOD = [{"id": f"d{i}", "contents": "", "vector": {"paris": i + 1, "france": 2}} for i in range(3)]
 
@@ -188,7 +188,7 @@ def test_a_rebuild_replaces_the_index_only_when_complete(previous_index, tmp_pat
     assert sorted(path.name for path in tmp_path.iterdir()) == ["index", "vectors"]
 
 
-def test_an_index_moved_aside_by_a_killed_rebuild_is_put_back(good_index, tmp_path, capsys):
+def test_an_index_moved_aside_by_a_killed_rebuild_is_put_back(good_index, tmp_path, caplog):
     import shutil
 
     from vtrepro.index.lucene import build_impact_index, index_stats
@@ -198,17 +198,17 @@ def test_an_index_moved_aside_by_a_killed_rebuild_is_put_back(good_index, tmp_pa
     (abandoned / "index").mkdir()
     vectors = write_vectors(tmp_path / "vectors", GOOD[:2])
     build_impact_index(vectors, tmp_path / "index")
-    assert "put back the index an interrupted rebuild had moved aside" in capsys.readouterr().err
+    assert "put back the index an interrupted rebuild had moved aside" in caplog.text  # logged by the library
     assert index_stats(tmp_path / "index")["documents"] == 2
     assert sorted(path.name for path in tmp_path.iterdir()) == ["index", "vectors"]
 
 
-def test_bm25_skips_documents_without_text_like_pyserini(tmp_path, capsys):
+def test_bm25_skips_documents_without_text_like_pyserini(tmp_path, caplog):
     from vtrepro.index.lucene import build_bm25_index
 
     stats = build_bm25_index([("d1", "paris france"), ("d2", "   "), ("d3", "lyon")], tmp_path / "bm25")
     assert stats["documents"] == 2
-    assert "1 document(s) without text not indexed" in capsys.readouterr().err
+    assert "1 document(s) without text not indexed" in caplog.text
 
 
 def test_search_on_a_corrupt_index_is_one_line(tmp_path, capsys):
@@ -315,7 +315,7 @@ def test_file_size_limit_is_one_line(good_index, tmp_path):
     run = tmp_path / "run.trec"
     run.write_text("q1 Q0 d0 1 5.000000 earlier\n")
     limit = "import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))"
-    code = (f"{limit}; import sys; from vtrepro.core.cli import cli_entry; from vtrepro.search.lucene import main; "
+    code = (f"{limit}; import sys; from vtrepro.core.cli import cli_entry; from vtrepro.search.command import main; "
             f"sys.exit(cli_entry(main)())")
     result = subprocess.run([sys.executable, "-c", code, "--index", str(good_index), "--queries",
                              str(queries / "part-00000.jsonl"), "--output", str(run)], capture_output=True, text=True)

@@ -24,7 +24,7 @@ from vtrepro.core.cli import cli_entry
 from vtrepro.encode.writer import main as encode_main
 from vtrepro.index.lucene import build_impact_index, index_stats
 from vtrepro.index.lucene import main as index_main
-from vtrepro.search.lucene import main as search_main
+from vtrepro.search.command import main as search_main
 
 pytestmark = pytest.mark.slow  # the hostile-input catalogue (docs/security.md): the full suite runs it
 
@@ -123,14 +123,15 @@ BUILD_AND_SEARCH = """
 import sys
 from vtrepro.core.cli import cli_entry
 from vtrepro.index.lucene import main as index
-from vtrepro.search.lucene import main as search
+from vtrepro.search.command import main as search
 vectors, folder, queries = sys.argv[1:]
 code = cli_entry(index)(["--vectors", vectors, "--index", folder + "/index"])
 sys.exit(code or cli_entry(search)(["--index", folder + "/index", "--queries", queries, "--output", folder + "/run.trec"]))
 """
 
 
-SEARCH = "import sys; from vtrepro.core.cli import cli_entry; from vtrepro.search.lucene import main; sys.exit(cli_entry(main)())"
+SEARCH = ("import sys; from vtrepro.core.cli import cli_entry; from vtrepro.search.command import main; "
+          "sys.exit(cli_entry(main)())")
 
 
 def run_python(code: str, *args, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -25,8 +25,8 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.schema import MAX_YAML_BYTES, read_yaml
 from vtrepro.regress.runner import main as regress_main
 from vtrepro.regress.spec import REGRESSIONS_DIR, load_spec
-from vtrepro.search.lucene import MAX_RUN_HITS, hits_per_query
-from vtrepro.search.lucene import main as search_main
+from vtrepro.search.command import main as search_main
+from vtrepro.search.runs import MAX_RUN_HITS, hits_per_query
 
 pytestmark = pytest.mark.slow  # the hostile-input catalogue (docs/security.md): the full suite runs it
 
@@ -224,8 +224,8 @@ def test_yaml_shapes_that_would_exhaust_the_reader_are_refused(case, tmp_path: P
 def test_small_aliases_still_work(tmp_path: Path) -> None:
     """Shared settings (``&pins``, ``<<: *pins``) as the shipped specs use them load as before."""
     ablation = load_spec(REGRESSIONS_DIR / "vt_round_trip_ablation.yaml")
-    assert {condition.model for condition in ablation.conditions if condition.stages} == {
-        "runs/sources/splade-tiny-gpt2-bpe"}  # each from the shared &round-trip block
+    assert {(condition.model, condition.source_build) for condition in ablation.conditions if condition.stages} == {
+        ("splade-tiny", "round_trip")}  # each from the shared &round-trip block
     path = tmp_path / "spec.yaml"
     path.write_text(edited(SPEC, "    encoder: {max_length_doc: 256, batch_size: 32}",
                            "    encoder: &enc {max_length_doc: 256, batch_size: 32}")
@@ -347,7 +347,7 @@ def test_a_corpus_left_without_terms_is_refused(silent_model: Path, tmp_path: Pa
 
 
 def test_queries_left_without_terms_are_refused(silent_model: Path, tmp_path: Path) -> None:
-    from vtrepro.encode.writer import encode_queries
+    from vtrepro.encode.queries import encode_queries
     from vtrepro.model.splade import SpladeEncoder
 
     path = tmp_path / "queries.jsonl"

@@ -38,7 +38,7 @@ from vtrepro.regress.export import main as export_main
 from vtrepro.regress.runner import main as regress_main
 from vtrepro.regress.spec import load_spec, record_observed
 from vtrepro.report.command import main as report_main
-from vtrepro.search.lucene import main as search_main
+from vtrepro.search.command import main as search_main
 from vtrepro.training.mlm import main as mlm_main
 from vtrepro.training.train import main as train_main
 from vtrepro.vocabulary.calibrate import main as calibrate_main

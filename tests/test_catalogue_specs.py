@@ -74,7 +74,7 @@ SPEC_CASES = [
     ("trust_remote_code: false", 'trust_remote_code: "yes"', 8, "got 'yes'; use true or false"),
     ("trust_remote_code: false", "trust_remote_code: 1", 8, "got 1; use true or false"),
     ("trust_remote_code: false", "trust_remote_code: 'false'", 8, "use true or false"),
-    ("    model: splade-tiny\n", "    model: splade-tiny\n    query_encoder: bert\n", 8, "must be one of model, idf"),
+    ("    model: splade-tiny\n", "    model: splade-tiny\n    query_encoder: bert\n", 8, "must be one of splade, idf"),
     ("{k1: 0.9, b: 0.4}", "{k1: -1, b: 0.4}", 18, "bm25.k1 must be a number >= 0"),
     ("{k1: 0.9, b: 0.4}", "{k1: 0.9, b: 1.5}", 18, "bm25.b must be a number in [0, 1]"),
     ("{k1: 0.9, b: 0.4}", "{k1: 0.9, b: -0.1}", 18, "bm25.b must be a number in [0, 1]"),
@@ -120,7 +120,7 @@ training:
   max_length_query: 16
   max_length_doc: 64
   dropout: 0.1
-  precision: fp32
+  dtype: float32
   cpu_threads: 2
   seed: 42
 """
@@ -150,7 +150,7 @@ RECIPE_CASES = [
     ("lr: 5.0e-5\n  max", "lr: 0\n  max", 12, "training.lr must be a number > 0"),
     ("max_length_doc: 64", "max_length_doc: 0", 14, "training.max_length_doc must be an integer in [1, 8192]"),
     ("dropout: 0.1", "dropout: 1.5", 15, "training.dropout must be a number in [0, 1]"),
-    ("precision: fp32", "precision: fp16", 16, "training.precision must be one of fp32, bf16"),
+    ("dtype: float32", "dtype: float16", 16, "training.dtype must be one of float32, bfloat16"),
     ("cpu_threads: 2", "cpu_threads: 0", 17, "training.cpu_threads must be an integer >= 1"),
     ("seed: 42", "seed: -1", 18, "training.seed must be an integer >= 0"),
 ]
@@ -226,9 +226,9 @@ def test_the_catalogue_bases_are_valid(tmp_path: Path) -> None:
     assert spec.k == 1000 and spec.conditions[0].trust_remote_code is False
     transfer = spec.conditions[2].stages[0]
     assert spec.conditions[2].model == "splade-tiny"
-    assert {key: transfer.options[key] for key in ("init", "temperature", "target_norm", "seed")} == {
+    assert {key: transfer.options.to_dict()[key] for key in ("init", "temperature", "target_norm", "seed")} == {
         "init": "topology", "temperature": 1.0, "target_norm": False, "seed": 0}
-    assert load_recipe(tmp_path / "recipe.yaml").stages[0].options["init"] == "topology"
+    assert load_recipe(tmp_path / "recipe.yaml").stages[0].options.to_dict()["init"] == "topology"
 
 
 def test_trust_remote_code_true_stays_true(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ calibrate    vocabulary.calibrate  Activation Potential Calibration of the MLM b
 encode       encode.writer         encode a corpus and its queries into quantized JSON vectors
 fingerprint  encode.fingerprint    content fingerprint of vectors; compare two sets
 index        index.lucene          build a Lucene impact index with Anserini
-search       search.lucene         batch impact search into a TREC run
+search       search.command        batch impact search into a TREC run
 evaluate     evaluate.trec         score a run with pytrec_eval; compare two runs
 regress      regress.runner        run a regression spec and check every figure
 export       regress.export        bundle a spec's encoded vectors with their fingerprints

@@ -10,11 +10,11 @@ Unicode, so it cannot be encoded or written), and qrels lines that are not exact
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
 import socket
-import sys
 import tempfile
 import urllib.error
 import urllib.request
@@ -25,6 +25,8 @@ from typing import Any, Iterator
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, read_jsonl, read_lines, unsafe_character, write_jsonl
+
+logger = logging.getLogger(__name__)
 
 # Hugging Face `datasets` is imported only for a Hub download, on purpose: it is heavy and most runs read local files.
 
@@ -384,7 +386,7 @@ def _describe(error: BaseException) -> str:
 
 def _fetch_zip(url: str, archive: str, cache: Path) -> None:
     """Download BEIR's zip and unpack its top folder to ``cache/<archive>`` in one rename."""
-    print(f"downloading {url} into {cache}/", file=sys.stderr)
+    logger.info(f"downloading {url} into {cache}/")
     with tempfile.TemporaryDirectory(prefix=f".{archive}.", dir=cache) as tmp:
         zip_path = Path(tmp) / f"{archive}.zip"
         with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response, open(zip_path, "wb") as out:
@@ -401,7 +403,7 @@ def _fetch_hf(name: str, cache: Path) -> None:
     """Write the ``BeIR/<name>`` corpus/queries configs and ``BeIR/<name>-qrels`` splits in BEIR layout."""
     from datasets import load_dataset as hf_load_dataset
 
-    print(f"downloading Hugging Face BeIR/{name} into {cache}/", file=sys.stderr)
+    logger.info(f"downloading Hugging Face BeIR/{name} into {cache}/")
     with tempfile.TemporaryDirectory(prefix=f".{name}.", dir=cache) as tmp:
         folder = Path(tmp) / name
         corpus = hf_load_dataset(f"BeIR/{name}", "corpus")

@@ -1,9 +1,9 @@
-"""Benchmark: topology vocabulary transfer at full scale on synthetic vocabularies.
+"""``python -m vtrepro bench transfer``: topology vocabulary transfer at full scale on synthetic vocabularies.
 
-``python benchmarks/bench_transfer.py`` transfers a 50k-token cased byte-level BPE source (768-d,
-random weights) onto a 30k-token uncased WordPiece target with a random 768-d reference, with
-about 60% of the target tokens found in the source. It prints a JSON line and exits 1 when the
-transfer takes 60 s or more, or the process peaks at 4 GB RSS or more.
+It transfers a 50k-token cased byte-level BPE source (768-d, random weights) onto a 30k-token uncased
+WordPiece target with a random 768-d reference, with about 60% of the target tokens found in the
+source. It prints a JSON line and exits 1 when the transfer takes :data:`SECONDS_LIMIT` seconds or
+more, or the process peaks at :data:`RSS_LIMIT_GB` GB RSS or more.
 """
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import json
 import random
 import resource
 import string
-import sys
 import time
 from typing import Any
 
@@ -19,7 +18,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
 
-from vtrepro.vocabulary.transfer import transfer_vocabulary
+from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK
+from vtrepro.vocabulary.transfer import TransferOptions, transfer_vocabulary
 
 SECONDS_LIMIT = 60.0
 RSS_LIMIT_GB = 4.0
@@ -92,7 +92,8 @@ def bench_transfer(
                                        tie_word_embeddings=False))
     reference = torch.randn(len(target_tokenizer), dim)
     prepared = time.perf_counter()
-    _, report = transfer_vocabulary(model, source_tokenizer, target_tokenizer, reference, None, init="topology")
+    _, report = transfer_vocabulary(model, source_tokenizer, target_tokenizer, reference, None,
+                                    TransferOptions(init="topology"))
     seconds = time.perf_counter() - prepared
     return {
         "source_tokens": len(source_tokenizer),
@@ -107,11 +108,13 @@ def bench_transfer(
     }
 
 
-def main() -> int:
+def within_limits(result: dict[str, Any]) -> bool:
+    """Whether a :func:`bench_transfer` result stayed under both limits."""
+    return result["transfer_seconds"] < SECONDS_LIMIT and result["peak_rss_gb"] < RSS_LIMIT_GB
+
+
+def run_transfer_bench() -> int:
+    """Run :func:`bench_transfer` at full scale, print its JSON line; exit status 1 past either limit."""
     result = bench_transfer()
     print(json.dumps(result))
-    return int(result["transfer_seconds"] >= SECONDS_LIMIT or result["peak_rss_gb"] >= RSS_LIMIT_GB)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return EXIT_OK if within_limits(result) else EXIT_MISMATCH

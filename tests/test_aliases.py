@@ -1,0 +1,19 @@
+"""Every command also runs as ``python -m vtrepro.<command>``: the spellings of earlier releases (and of
+docs written for them) keep working, through a package's ``__main__.py`` or a top-level alias module."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from vtrepro.__main__ import COMMANDS
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_module_spelling_runs_the_command(command: str) -> None:
+    result = subprocess.run([sys.executable, "-m", f"vtrepro.{command}", "--help"], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: python -m vtrepro {command} "), result.stdout[:200]
+    assert "Warning" not in result.stderr, result.stderr  # e.g. runpy's "found in sys.modules" for a package

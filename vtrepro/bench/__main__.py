@@ -1,0 +1,100 @@
+"""Benchmarks: encoding throughput, Lucene vs PISA search, vocabulary transfer at scale, BERT-base encoding.
+
+``python -m vtrepro bench <benchmark>`` (or ``python -m vtrepro.bench``):
+
+- ``encode`` times :class:`~vtrepro.model.splade.SpladeEncoder` against sentence-transformers'
+  ``SparseEncoder`` on the same documents and checks their vectors agree (:mod:`vtrepro.bench.encode`);
+- ``search`` compares Lucene and PISA on the same vectors and checks their runs are identical
+  (:mod:`vtrepro.bench.search`);
+- ``transfer`` times a full-scale topology transfer against its time and memory limits
+  (:mod:`vtrepro.bench.transfer`);
+- ``base-size`` times the dense encoder at BERT-base size (:mod:`vtrepro.bench.base_size`).
+
+Exit status 1 when vectors or runs differ or a limit is passed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from vtrepro.core.cli import add_data_dir, cli_entry, command_parser, non_negative_int, number_in, positive_int
+from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import check_output
+from vtrepro.encode.folder import EncodedFolder
+from vtrepro.model.options import SCREENS, EncoderOptions
+from vtrepro.search.runs import add_k
+
+# Each benchmark's module is imported once it is chosen, on purpose: torch, transformers, Anserini and
+# PISA load only for the benchmark that needs them, and `--help` and argument errors stay fast.
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    parser = command_parser("bench", __doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    encode = commands.add_parser("encode", help="document encoding throughput vs sentence-transformers SparseEncoder")
+    encode.add_argument("--model", help="model folder (default: $VTREPRO_MODELS/splade-tiny)")
+    add_data_dir(encode)
+    encode.add_argument("--dataset", default="scifact", help="BEIR dataset name or folder (default scifact)")
+    encode.add_argument("--limit", type=non_negative_int, default=500, help="first N documents; 0 for all (default 500)")
+    EncoderOptions.add_arguments(encode, ["batch_size", "max_length_doc", "dtype"])
+    encode.add_argument("--max-length", dest="max_length_doc", default=argparse.SUPPRESS, help=argparse.SUPPRESS,
+                        type=number_in(int, *EncoderOptions.schema()["max_length_doc"].bounds))  # the old spelling
+    encode.add_argument("--repeat", type=positive_int, default=1,
+                        help="timed runs of each encoder, best kept (default 1)")
+    encode.add_argument("--device", help="cpu, cuda or cuda:N (default: CUDA when present)")
+    encode.add_argument("--screen", default="auto", choices=SCREENS,
+                        help="the screened projection's screen (default auto: int8 on CPU, bfloat16 on GPUs)")
+    search = commands.add_parser("search", help="Lucene vs PISA search on the same vectors: speed and identical runs")
+    search.add_argument("--vectors", required=True, type=Path, help="encoded corpus or JsonVectorCollection folder")
+    search.add_argument("--queries", required=True, type=Path, help="encoded queries.jsonl ({id, vector})")
+    add_k(search)
+    search.add_argument("--threads", type=positive_int, default=os.cpu_count() or 1,
+                        help="threads of the many-thread runs (default: all cores, %(default)s)")
+    search.add_argument("--index-dir", type=Path,
+                        help="folder keeping both indexes (lucene/, pisa/), reused while they hold these vectors "
+                             "(default: a temporary folder, both built)")
+    commands.add_parser("transfer", help="topology transfer of a 50k-token source onto a 30k-token target: "
+                                         "exit 1 at 60 s or 4 GB peak memory")
+    base_size = commands.add_parser("base-size", help="dense encoding rate of a BERT-base-sized model (random weights)")
+    base_size.add_argument("--model", help="model folder whose BERT-uncased tokenizer is used "
+                                           "(default: $VTREPRO_MODELS/splade-tiny)")
+    add_data_dir(base_size)
+    base_size.add_argument("--dataset", default="scifact", help="BEIR dataset name or folder (default scifact)")
+    base_size.add_argument("--documents", type=positive_int, default=64, help="first N documents (default 64)")
+    base_size.add_argument("--threads", type=positive_int, help="torch threads (default: torch's)")
+    args = parser.parse_args(argv)
+    if args.command == "search":
+        from vtrepro.bench.search import bench_search
+
+        if args.index_dir is not None:
+            check_output(args.index_dir, [EncodedFolder(args.vectors).collection, args.queries], kind="folder")
+        return bench_search(args.vectors, args.queries, args.k, args.threads, args.index_dir)
+    if args.command == "transfer":
+        from vtrepro.bench.transfer import run_transfer_bench
+
+        return run_transfer_bench()
+    if args.command == "base-size":
+        from vtrepro.bench.base_size import bench_base_size
+
+        return bench_base_size(_default_model(args.model), args.dataset, args.data_dir, args.documents, args.threads)
+    from vtrepro.bench.encode import EncodeBench, bench_encode
+
+    return bench_encode(EncodeBench(_default_model(args.model), args.dataset, args.data_dir, args.limit,
+                                    EncoderOptions.from_args(args), args.repeat, args.device, args.screen))
+
+
+def _default_model(model: str | None) -> str:
+    """``--model``, else ``$VTREPRO_MODELS/splade-tiny``."""
+    if model:
+        return model
+    models = os.environ.get("VTREPRO_MODELS")
+    if not models:
+        raise VtreproError("no model: pass --model or set VTREPRO_MODELS to a folder holding splade-tiny")
+    return str(Path(models) / "splade-tiny")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""``python -m vtrepro bench search``: Lucene and PISA side by side on the same vectors (build time,
+throughput, latency) and a check that they return identical runs.
+
+:func:`bench_search` builds (or keeps) both indexes of one vector folder, searches every query with
+each engine, warm first, then timed with one thread (latency per query) and with more (throughput), and
+checks that every run equals Lucene's one-thread run: same top ``k``, same scores, same order (ties by
+document id). Exit status 1 when any run differs.
+"""
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from vtrepro.bench.machine import machine_line
+from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK
+from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files
+from vtrepro.encode.folder import EncodedFolder
+from vtrepro.encode.reader import read_query_vectors, vector_files
+from vtrepro.index.lucene import build_impact_index, index_stats, is_lucene_index
+from vtrepro.search.lucene import search_impact
+from vtrepro.search.pisa import ensure_pisa_index, search_pisa
+from vtrepro.search.runs import Run, SearchTiming
+
+ENGINES = ("lucene", "pisa")
+
+
+@dataclass
+class EngineFigures:
+    """One engine's build time (None when an existing index was kept) and its timed searches."""
+
+    engine: str
+    build_seconds: float | None = None
+    timings: list[SearchTiming] = field(default_factory=list)
+
+    def rate(self, threads: int) -> float:
+        return next(timing.queries / timing.seconds for timing in self.timings if timing.threads == threads)
+
+
+@dataclass
+class EngineComparison:
+    """Both engines on one vector folder and one query set; ``differing`` lists the queries whose run
+    differs from Lucene's one-thread run in any engine or thread count."""
+
+    vectors: VectorSetSummary
+    queries: int
+    k: int
+    engines: dict[str, EngineFigures]
+    runs_compared: int
+    differing: list[str]
+
+
+def _lucene_index(vectors_dir: Path, index_dir: Path, summary: VectorSetSummary) -> float | None:
+    """Build seconds of the Lucene index at ``index_dir``, or None when it already holds these vectors' totals."""
+    if is_lucene_index(index_dir):
+        stats = index_stats(index_dir)
+        if (stats["documents"], stats["total_terms"]) == (summary.count, summary.total_impact):
+            return None
+    began = time.perf_counter()
+    build_impact_index(vectors_dir, index_dir, threads=1, expected=summary)
+    return time.perf_counter() - began
+
+
+def compare_engines(vectors_dir: str | Path, queries_path: str | Path, k: int, threads: int,
+                    index_dir: str | Path) -> EngineComparison:
+    """Build or keep ``index_dir``/lucene and ``index_dir``/pisa, then search with 1 and ``threads`` threads."""
+    vectors_dir, index_dir = Path(vectors_dir), Path(index_dir)
+    summary = fingerprint_files(vector_files(vectors_dir))
+    queries = read_query_vectors(queries_path)
+    figures = {"lucene": EngineFigures("lucene", _lucene_index(vectors_dir, index_dir / "lucene", summary)),
+               "pisa": EngineFigures("pisa", ensure_pisa_index(vectors_dir, index_dir / "pisa")[1])}
+    search: dict[str, Callable[..., Run]] = {"lucene": search_impact, "pisa": search_pisa}
+    reference: Run | None = None
+    differing: set[str] = set()
+    runs = 0
+    for engine in ENGINES:
+        search[engine](index_dir / engine, queries, k, threads)  # warm-up: JIT compilation, page cache
+        for count in sorted({1, threads}):
+            timing = SearchTiming()
+            run = search[engine](index_dir / engine, queries, k, count, timing=timing)
+            figures[engine].timings.append(timing)
+            reference = reference if reference is not None else run
+            differing.update(qid for qid in queries if list(run[qid].items()) != list(reference[qid].items()))
+            runs += 1
+    return EngineComparison(summary, len(queries), k, figures, runs, sorted(differing))
+
+
+def print_comparison(comparison: EngineComparison) -> None:
+    """The comparison as a table, the PISA/Lucene ratios, and whether the runs are identical."""
+    print(f"{'engine':8} {'build s':>8} {'threads':>7} {'queries/s':>10} {'p50 ms':>7} {'p99 ms':>7}")
+    for figures in comparison.engines.values():
+        build = "kept" if figures.build_seconds is None else f"{figures.build_seconds:.1f}"
+        for timing in figures.timings:
+            shown = timing.figures()
+            latency = [f"{shown[key]:7.2f}" if shown[key] is not None else f"{'-':>7}"
+                       for key in ("latency_p50_ms", "latency_p99_ms")]
+            print(f"{figures.engine:8} {build:>8} {timing.threads:>7} {timing.queries / timing.seconds:>10.1f} "
+                  f"{' '.join(latency)}")
+            build = ""
+    lucene, pisa = comparison.engines["lucene"], comparison.engines["pisa"]
+    ratios = ", ".join(f"{pisa.rate(timing.threads) / lucene.rate(timing.threads):.1f}x with {timing.threads} "
+                       f"thread{'s' if timing.threads > 1 else ''}" for timing in lucene.timings)
+    print(f"PISA/Lucene queries/s: {ratios}")
+    what = f"{comparison.runs_compared} runs x {comparison.queries} queries, top {comparison.k}, ties by document id"
+    if comparison.differing:
+        print(f"runs: DIFFER for {len(comparison.differing)} queries ({what}), e.g. {comparison.differing[:5]}")
+    else:
+        print(f"runs: identical ({what})")
+
+
+def bench_search(vectors_dir: Path, queries_path: Path, k: int, threads: int, index_dir: Path | None) -> int:
+    """Compare the engines (indexes kept in ``index_dir``, else built in a temporary folder) and print it;
+    exit status 1 when any run differs."""
+    print(machine_line())
+    vectors_dir = EncodedFolder(vectors_dir).collection
+    with tempfile.TemporaryDirectory(prefix="vtrepro-bench-") as scratch:
+        comparison = compare_engines(vectors_dir, queries_path, k, threads, index_dir or Path(scratch))
+    print(f"vectors: {vectors_dir} ({comparison.vectors.count} documents, fingerprint {comparison.vectors.sha256[:12]}), "
+          f"{comparison.queries} queries from {queries_path}, top {k}")
+    print_comparison(comparison)
+    return EXIT_MISMATCH if comparison.differing else EXIT_OK
