@@ -31,7 +31,7 @@ HUB_SAFETY_NET_S = 20
 
 
 def run(module: str, *args, env: dict[str, str] | None = None, timeout: float | None = None):
-    full_env = {**os.environ, "VTREPRO_VERBOSE": "", **(env or {})}
+    full_env = {**os.environ, **(env or {})}
     result = subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
                             env=full_env, timeout=timeout)
     return result.returncode, result.stdout, result.stderr

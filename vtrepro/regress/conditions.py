@@ -113,7 +113,7 @@ def trained_model(recipe_name: str, train_root: Path, model_dir: str | None, dat
             raise VtreproError(f"{final} was not trained from the current {recipe.path}; "
                                f"remove {output} to retrain it, or choose another --output")
         return str(final)
-    command = [sys.executable, "-m", "vtrepro", "train", "--config", str(recipe.path), "--output", str(output)]
+    command = [sys.executable, "-m", "vtrepro", "train", "--recipe", str(recipe.path), "--output", str(output)]
     command += ["--data-dir", data_dir] if data_dir else []
     command += ["--model-dir", model_dir] if model_dir else []
     command += ["--trust-remote-code"] if recipe.trust_remote_code else []  # granted to regress before any run

@@ -1,6 +1,6 @@
 """Train SPLADE models from a YAML recipe, on one CPU, one GPU or many processes (torchrun, DDP).
 
-``python -m vtrepro train --config regressions/recipes/splade_tiny_nfcorpus.yaml`` runs the recipe's
+``python -m vtrepro train --recipe regressions/recipes/splade_tiny_nfcorpus.yaml`` runs the recipe's
 pipeline stages (vocabulary transfer, MLM adaptation, calibration), then trains, writing to
 ``runs/train/<recipe name>/``::
 
@@ -10,7 +10,7 @@ pipeline stages (vocabulary transfer, MLM adaptation, calibration), then trains,
     train_log.jsonl, curves.png     per-step loss, FLOPS, active terms, learning rate
     data/                           mined BM25 negatives, IDF table
 
-``torchrun --standalone --nproc_per_node N -m vtrepro train --config ...`` runs the same recipe with
+``torchrun --standalone --nproc_per_node N -m vtrepro train --recipe ...`` runs the same recipe with
 DDP (gloo on CPU, nccl on GPU). The recipe's batch size is global: each process encodes its slice,
 representations are gathered so in-batch negatives, FLOPS and the loss cover the whole batch, and
 the loss trajectory matches a single process. Rerunning an interrupted command resumes from the
@@ -85,7 +85,8 @@ def run_recipe(recipe: Recipe, output: Path, data_dir=None, model_dir=None) -> P
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser("train", __doc__)
-    parser.add_argument("--config", required=True, help="recipe YAML file, or a name in regressions/recipes/")
+    parser.add_argument("--recipe", "--config", dest="recipe", required=True,
+                        help="recipe YAML file, or a name in regressions/recipes/ (--config is the old spelling)")
     parser.add_argument("--output", type=Path, help="run folder (default: runs/train/<recipe name>)")
     add_data_dir(parser)
     add_model_dir(parser)
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="sustained TFLOP/s assumed by the --dry-run cost estimate (default: %(default)s)")
     add_trust_remote_code(parser)
     args = parser.parse_args(argv)
-    recipe = load_recipe(args.config)
+    recipe = load_recipe(args.recipe)
     grant_remote_code(recipe.path, ["the recipe"] if recipe.trust_remote_code else [], args.trust_remote_code)
     check_recipe_lengths(recipe, args.model_dir)
     output = args.output or Path("runs") / "train" / recipe.name
