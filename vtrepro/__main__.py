@@ -7,6 +7,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from vtrepro.core.cli import usage_error
+
 # Every command in pipeline order: name, module under vtrepro/, one-line summary.
 _TABLE = """
 transfer     vocabulary.transfer   move a masked-LM encoder onto another vocabulary
@@ -21,7 +23,7 @@ export       regress.export        bundle a spec's encoded vectors with their fi
 report       report.command        compare results with each other and with published tables
 mlm          training.mlm          masked-language-model adaptation
 train        training.train        train a SPLADE model from a recipe
-bench        bench                 benchmarks (encoding throughput, Lucene vs PISA search)
+bench        bench                 benchmarks: encode, search (Lucene vs PISA), transfer, base-size
 """
 COMMANDS: dict[str, tuple[str, str]] = {
     name: (f"vtrepro.{module}", summary)
@@ -45,8 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         print(usage())
         return 0
     if argv[0] not in COMMANDS:
-        print(f"{usage()}\n\nerror: unknown command '{argv[0]}'", file=sys.stderr)
-        return 2
+        return usage_error(usage(), f"unknown command '{argv[0]}'")
     module = importlib.import_module(COMMANDS[argv[0]][0])
     return module.main(argv[1:])
 

@@ -130,6 +130,13 @@ def _error(message: str) -> None:
     print(f"error: {' '.join(message.split())}", file=sys.stderr)
 
 
+def usage_error(usage: str, message: str) -> int:
+    """Print ``usage`` and one ``error:`` line to stderr (a command line that names no command); exit 2."""
+    print(usage, end="\n\n", file=sys.stderr)
+    _error(message)
+    return EXIT_BAD_INPUT
+
+
 class Command(Protocol):
     """A command's ``main``: parses ``argv`` (default: the process's arguments) and returns the exit status."""
 
