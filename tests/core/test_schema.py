@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -345,3 +346,12 @@ def test_value_accepts_and_converts(tmp_path, text, field, value):
     path = write(tmp_path, f"key: {text}\n")
     checked = Checker(path, "the spec").value(read_yaml(path), "key", field, "key")
     assert checked == value and isinstance(checked, type(value))
+
+
+def test_a_fifo_or_a_folder_is_refused_without_waiting(tmp_path):
+    """Opening a FIFO blocks until something writes to it: a spec, recipe or table path naming one is refused."""
+    fifo = tmp_path / "spec.yaml"
+    os.mkfifo(fifo)
+    for path in (fifo, tmp_path):
+        with pytest.raises(VtreproError, match="not a regular file"):
+            read_yaml(path)

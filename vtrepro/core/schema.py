@@ -64,7 +64,10 @@ def read_yaml(path: Path) -> Any:
 
 
 def _read_bounded_text(path: Path) -> str:
-    """The UTF-8 text of ``path``, refused beyond :data:`MAX_YAML_BYTES` without reading further."""
+    """The UTF-8 text of ``path``, refused beyond :data:`MAX_YAML_BYTES` without reading further, and refused
+    when it is not a regular file (opening a FIFO would wait for a writer forever)."""
+    if path.exists() and not path.is_file():
+        raise VtreproError(f"{path}: not a regular file; give the path of a YAML file")
     with path.open("rb") as handle:
         data = handle.read(MAX_YAML_BYTES + 1)
     if len(data) > MAX_YAML_BYTES:
