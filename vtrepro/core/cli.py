@@ -51,11 +51,6 @@ def add_model(parser: argparse._ActionsContainer, what: str, old_spelling: str |
     parser.add_argument(*flags, dest="model", required=True, metavar="MODEL", help=f"{what} (folder or Hub id{old})")
 
 
-def options_from(args: argparse.Namespace, schema: dict[str, Field]) -> dict[str, Any]:
-    """The parsed values of the options :func:`add_options` made from ``schema``, by their YAML names."""
-    return {name: getattr(args, name) for name in schema if hasattr(args, name)}
-
-
 def add_data_dir(parser: argparse._ActionsContainer) -> None:
     """``--data-dir``: the data root holding ``beir/<dataset>/`` (default ``$VTREPRO_DATA``)."""
     parser.add_argument("--data-dir", default=None, help="data root holding beir/<dataset> (default: $VTREPRO_DATA)")
