@@ -21,6 +21,7 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, unsafe_character
 from vtrepro.core.options import modernize
 from vtrepro.core.schema import Checker, Field, read_yaml, round_trip_yaml
+from vtrepro.core.shipped import SHIPPED_DIR
 from vtrepro.data.beir import DATASET_NAME
 from vtrepro.encode.vectors import Quantization
 from vtrepro.evaluate.trec import DEFAULT_METRICS, parse_metric
@@ -30,7 +31,7 @@ from vtrepro.search.runs import MAX_K
 from vtrepro.training.stages import Stage, read_stage
 from vtrepro.vocabulary.transfer import TransferOptions
 
-REGRESSIONS_DIR = Path(__file__).resolve().parents[2] / "regressions"
+REGRESSIONS_DIR = SHIPPED_DIR
 INDEX_STATS = ("documents", "total_terms")
 
 _SPEC_KEYS = {"description", "defaults", "conditions"}

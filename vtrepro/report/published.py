@@ -28,9 +28,8 @@ from ruamel.yaml.comments import CommentedMap
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.schema import Checker, Field, read_mapping_file
+from vtrepro.core.shipped import PUBLISHED_DIR
 from vtrepro.evaluate.trec import parse_metric
-
-PUBLISHED_DIR = Path(__file__).resolve().parents[2] / "regressions" / "published"
 
 _TABLE = {"source": Field(str), "url": Field(str, None), "average_convention": Field(str, None),
           "systems": Field("mapping")}

@@ -16,11 +16,11 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.options import modernize
 from vtrepro.core.schema import MAX_BATCH_SIZE, MAX_TEXT_TOKENS, Checker, Field, read_mapping_file
+from vtrepro.core.shipped import RECIPES_DIR
 from vtrepro.search.runs import MAX_K
 from vtrepro.training.mlm import DTYPES, OLD_DTYPES
 from vtrepro.training.stages import STAGE_OPTIONS, Stage, read_stage
 
-RECIPES_DIR = Path(__file__).resolve().parents[2] / "regressions" / "recipes"
 MAX_NEGATIVES = 255
 """Most hard negatives per query: a batch encodes batch_size x (1 + negatives) documents at once."""
 
