@@ -153,12 +153,13 @@ def encoder_state(encoder) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def tiny_encoder(splade_tiny: Path):
-    """One loaded splade-tiny SpladeEncoder per test session (max_length_doc 256), guarded: a test that
-    changes it fails, and a deep copy made at load restores it in place for the next."""
+    """One loaded splade-tiny SpladeEncoder per test session (max_length_doc 256, the dense projection: the
+    reference the screened one is compared with), guarded: a test that changes it fails, and a deep copy made
+    at load restores it in place for the next."""
     from vtrepro.model.options import EncoderOptions
     from vtrepro.model.splade import SpladeEncoder
 
-    encoder = SpladeEncoder(splade_tiny, EncoderOptions(max_length_doc=256))
+    encoder = SpladeEncoder(splade_tiny, EncoderOptions(max_length_doc=256, projection="dense"))
     pristine = copy.deepcopy(encoder)
 
     def restore() -> None:

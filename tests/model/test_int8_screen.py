@@ -34,7 +34,7 @@ def exact_at(column_levels):
 
 model, data = sys.argv[1], sys.argv[2]
 texts = [document.contents for document in load_dataset("scifact", data).corpus()[:60]]
-dense = SpladeEncoder(model, EncoderOptions(max_length_doc=256), device="cpu").encode(texts, "doc")
+dense = SpladeEncoder(model, EncoderOptions(max_length_doc=256, projection="dense"), device="cpu").encode(texts, "doc")
 screened = SpladeEncoder(model, EncoderOptions(max_length_doc=256, projection="screened-int8"), device="cpu")
 levels = screened.screened.upper_bounds.levels
 same = sum(bool(np.array_equal(a[0], b[0]) and np.allclose(a[1], b[1], rtol=1e-5, atol=0))

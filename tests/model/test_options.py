@@ -15,7 +15,7 @@ REQUIRED_ARGUMENTS = ["--model", "m", "--corpus", "c.jsonl", "--output", "out"]
 
 def test_defaults_and_bounds_are_declared_once():
     assert EncoderOptions().to_dict() == {"max_length_doc": 512, "max_length_query": 64, "batch_size": 32,
-                                          "sort_window": 2000, "dtype": "float32", "projection": "dense"}
+                                          "sort_window": 2000, "dtype": "float32", "projection": "auto"}
     schema = EncoderOptions.schema()
     assert {name: (field.minimum, field.maximum) for name, field in schema.items() if field.kind is int} == {
         "max_length_doc": (1, MAX_TEXT_TOKENS), "max_length_query": (1, MAX_TEXT_TOKENS),
@@ -28,7 +28,7 @@ def test_defaults_and_bounds_are_declared_once():
     ({"max_length_doc": 0}, r"EncoderOptions\.max_length_doc must be an integer in \[1, 8192\], got 0"),
     ({"sort_window": MAX_SORT_WINDOW + 1}, r"EncoderOptions\.sort_window must be an integer in \[1, 100000\]"),
     ({"batch_size": 2.5}, r"EncoderOptions\.batch_size must be an integer in \[1, 4096\], got 2\.5"),
-    ({"projection": "sparse"}, r"EncoderOptions\.projection must be one of dense, screened, "),
+    ({"projection": "sparse"}, r"EncoderOptions\.projection must be one of auto, dense, screened, "),
 ])
 def test_an_object_outside_its_declaration_cannot_be_made(changes, message):
     with pytest.raises(VtreproError, match=message):

@@ -12,11 +12,12 @@ SPEC = """\
 conditions:
   tiny:
     model: {model}
+    encoder: {{projection: dense}}
     datasets:
       mini:
   tiny-bfloat16:
     model: {model}
-    encoder: {{dtype: bfloat16}}
+    encoder: {{dtype: bfloat16, projection: dense}}
     agrees_with: tiny
     datasets:
       mini:
@@ -47,7 +48,7 @@ def test_each_condition_encodes_with_its_own_settings_and_is_measured_against_fl
     settings = {condition: json.loads((agreement_run / condition / "mini" / "manifest.json").read_text())["settings"]
                 for condition in ("tiny", "tiny-bfloat16", "tiny-screened")}
     assert [settings[name]["dtype"] for name in settings] == ["float32", "bfloat16", "float32"]
-    assert settings["tiny-screened"]["projection"] == "screened"
+    assert [settings[name]["projection"] for name in settings] == ["dense", "dense", "screened"]
     # The screened projection computes every column that can activate exactly: the same vectors.
     assert agreement["tiny-screened", "agreement_documents_identical"]["observed"] == 1.0
     assert agreement["tiny-screened", "agreement_max_impact_delta"]["observed"] == 0

@@ -135,7 +135,7 @@ def test_a_half_precision_condition_is_its_own_tier_measured_against_float32(tmp
     text = VALID + "  tiny-bfloat16:\n    model: splade-tiny\n    encoder: {dtype: bfloat16, projection: screened}\n" \
                    "    agrees_with: tiny\n    tolerance: {scores: 0.002}\n    datasets:\n      nfcorpus:\n"
     tiny, half = load_spec(write(tmp_path, text)).conditions[1:]
-    assert (tiny.encoder.dtype, tiny.encoder.projection, tiny.agrees_with) == ("float32", "dense", None)
+    assert (tiny.encoder.dtype, tiny.encoder.projection, tiny.agrees_with) == ("float32", "auto", None)
     assert (half.encoder.dtype, half.encoder.projection, half.agrees_with) == ("bfloat16", "screened", "tiny")
     assert half.tolerance.scores == 0.002
 

@@ -88,7 +88,7 @@ def encode_corpus(
         "sort_window": options.sort_window,
         "shard_size": shard_size,
         "dtype": options.dtype,
-        "projection": options.projection,
+        "projection": encoder.projection,
     }
     model_name = str(getattr(encoder.model, "name_or_path", ""))
     folder = EncodedFolder(out_dir)

@@ -18,7 +18,7 @@ from torch import nn
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.progress import Progress
 from vtrepro.model.loading import load_masked_lm
-from vtrepro.model.options import PRECISIONS, EncoderOptions
+from vtrepro.model.options import PRECISIONS, EncoderOptions, resolve_projection
 from vtrepro.model.projection import ScreenedProjection, dense_max_logits
 
 if TYPE_CHECKING:
@@ -109,8 +109,10 @@ class SpladeEncoder:
         self._decoder = self.model.get_output_embeddings()
         self._head_transform = mlm_head_transform(str(model), self.model, self.tokenizer)
         self._to_device(options.dtype)
-        screen = options.projection.removeprefix("screened").removeprefix("-") or "auto"
-        self.screened = ScreenedProjection(self._decoder, screen) if options.projection != "dense" else None
+        self.projection = resolve_projection(options.projection, self.device.type)
+        """The projection used: ``options.projection`` with ``auto`` resolved for the device."""
+        screen = self.projection.removeprefix("screened").removeprefix("-") or "auto"
+        self.screened = ScreenedProjection(self._decoder, screen) if self.projection != "dense" else None
         self.projection_seconds = 0.0  # time spent in the vocabulary projection (read by the benchmark)
         self._dropped_ids = torch.tensor(
             sorted(self.special_ids | set(range(len(self.tokenizer), self._decoder.out_features))), dtype=torch.long
