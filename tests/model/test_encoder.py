@@ -231,3 +231,11 @@ def test_where_integer_products_are_not_exact_auto_screens_in_bfloat16_and_int8_
     with pytest.raises(VtreproError, match="int8 matrix products are not exact on this CPU: use --projection "
                                            "screened-bfloat16"):
         ScreenedProjection(decoder, "int8")
+
+
+def test_the_v3_activation_takes_one_more_log_of_the_same_terms(splade_tiny, tiny_encoder):
+    """``activation: log1p-log1p`` (OpenSearch's v3 document models): log(1 + w) of SPLADE's weight w, same terms."""
+    v3 = SpladeEncoder(splade_tiny, EncoderOptions(max_length_doc=256, projection="dense", activation="log1p-log1p"))
+    for (ids, weights), (v3_ids, v3_weights) in zip(tiny_encoder.encode(TEXTS, "doc"), v3.encode(TEXTS, "doc")):
+        assert np.array_equal(ids, v3_ids)
+        assert np.allclose(np.log1p(weights), v3_weights, rtol=1e-6, atol=0)  # float32 log1p: last bits vary by path

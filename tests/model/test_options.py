@@ -15,7 +15,8 @@ REQUIRED_ARGUMENTS = ["--model", "m", "--corpus", "c.jsonl", "--output", "out"]
 
 def test_defaults_and_bounds_are_declared_once():
     assert EncoderOptions().to_dict() == {"max_length_doc": 512, "max_length_query": 64, "batch_size": 32,
-                                          "sort_window": 2000, "dtype": "float32", "projection": "auto"}
+                                          "sort_window": 2000, "dtype": "float32", "activation": "log1p",
+                                          "projection": "auto"}
     schema = EncoderOptions.schema()
     assert {name: (field.minimum, field.maximum) for name, field in schema.items() if field.kind is int} == {
         "max_length_doc": (1, MAX_TEXT_TOKENS), "max_length_query": (1, MAX_TEXT_TOKENS),

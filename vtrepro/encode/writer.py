@@ -89,6 +89,7 @@ def encode_corpus(
         "shard_size": shard_size,
         "dtype": options.dtype,
         "projection": encoder.projection,
+        **({"activation": options.activation} if options.activation != "log1p" else {}),
     }
     model_name = str(getattr(encoder.model, "name_or_path", ""))
     folder = EncodedFolder(out_dir)

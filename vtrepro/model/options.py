@@ -20,6 +20,9 @@ bfloat16 screen elsewhere; ``screened-int8`` and ``screened-bfloat16`` name thei
 the dense projection activates; their quantized vectors equalled dense's in every run measured (weights may
 differ in float32's last bits). ``auto`` (the default) is ``screened`` on CPU, where it was measured 2-4x
 faster, and ``dense`` on other devices, where the screen's speed has not been measured."""
+ACTIVATIONS = ("log1p", "log1p-log1p")
+"""Term weight from a max-pooled logit x: ``log1p`` is SPLADE's log(1 + relu(x)); ``log1p-log1p`` is
+log(1 + log(1 + relu(x))), the OpenSearch neural-sparse v3 document models' (their model cards)."""
 SCREENS = ("auto", "int8", "bfloat16")
 """The screens of the screened projection, ``auto`` choosing by device."""
 def resolve_projection(projection: str, device_type: str) -> str:
@@ -60,6 +63,10 @@ class EncoderOptions(Options):
     memory."""
     dtype: str = option(Field(str, "float32", PRECISIONS,
                               help="precision of the encoder body; head, pooling and bias stay float32"))
+    activation: str = option(Field(
+        str, "log1p", ACTIVATIONS,
+        help="term weight from a max-pooled logit: log1p (SPLADE's log(1+relu(x))) or log1p-log1p "
+             "(log(1+log(1+relu(x))), OpenSearch's v3 document models)"))
     projection: str = option(Field(
         str, "auto", PROJECTIONS,
         help="dense: the full float32 product (the reference); screened: a low-precision pass with a rigorous "

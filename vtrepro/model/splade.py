@@ -76,9 +76,12 @@ def _devices_present(device_type: str) -> int:
     return 1
 
 
-def splade_activation(max_logits: torch.Tensor) -> torch.Tensor:
-    """SPLADE term weights from max-pooled MLM logits: log(1 + relu(x))."""
-    return torch.log1p(torch.relu(max_logits))
+def splade_activation(max_logits: torch.Tensor, activation: str = "log1p") -> torch.Tensor:
+    """Term weights from max-pooled MLM logits: SPLADE's log(1 + relu(x)), or with ``log1p-log1p`` the
+    OpenSearch v3 document models' log(1 + log(1 + relu(x))). Both are monotone, so pooling the raw logits
+    first gives what pooling the weights would."""
+    weights = torch.log1p(torch.relu(max_logits))
+    return torch.log1p(weights) if activation == "log1p-log1p" else weights
 
 
 class SpladeEncoder:
@@ -133,7 +136,7 @@ class SpladeEncoder:
         """
         vectors: list[SparseVector | None] = [None] * len(texts)
         for positions, max_logits in self._pooled_batches(texts, kind, screened=self.screened is not None):
-            weights = splade_activation(max_logits)
+            weights = splade_activation(max_logits, self.options.activation)
             weights[:, self._dropped_ids] = 0.0
             for position, row in zip(positions, weights):
                 term_ids = torch.nonzero(row).squeeze(1)

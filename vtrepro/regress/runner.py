@@ -50,6 +50,7 @@ from vtrepro.regress.compare import (
 )
 from vtrepro.regress.conditions import ConditionRunner, describe_source
 from vtrepro.regress.context import RunContext
+from vtrepro.regress.cost import encoding_cost
 from vtrepro.regress.report import format_table, judged, tally, write_report
 from vtrepro.regress.sources import check_encoded, vector_sources
 from vtrepro.regress.spec import Condition, DatasetRun, EncodedVectors, Spec, load_spec, record_observed
@@ -108,6 +109,7 @@ def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], cont
             f"{'local' if local else 'to download'}; {pinned} pinned score(s), {len(dataset.reference)} published"
         )
     lines += [f"missing: {problem}" for problem in problems.values()]
+    lines += encoding_cost(spec, selected, context.model_dir)
     return "\n".join(lines)
 
 

@@ -1,0 +1,86 @@
+"""What a spec's encoding would cost: FLOPs and GPU-hours per condition, for ``regress --dry-run``.
+
+The estimate is an upper bound in the convention of a recipe's ``train --dry-run``
+(:mod:`vtrepro.training.plan`): every document at the condition's ``max_length_doc`` tokens, a forward
+pass of 2 FLOPs per parameter used in matrix products per token (a third of training's 6), attention not
+counted, at :data:`~vtrepro.training.plan.DEFAULT_GPU_TFLOPS` sustained (an assumption). Queries are not
+counted: an inference-free condition (``query_encoder: idf``) runs no model on them, and a SPLADE query
+side is a few thousand short texts beside millions of documents. Indexing and search run on CPUs.
+"""
+from __future__ import annotations
+
+from vtrepro.regress.spec import Condition, DatasetRun, Spec
+from vtrepro.training.plan import DEFAULT_GPU_TFLOPS, _architecture, _flops, flops_per_token
+from vtrepro.training.recipe import load_recipe
+
+BEIR_CORPUS_DOCUMENTS: dict[str, int] = {
+    "trec-covid": 171_332, "nfcorpus": 3_633, "nq": 2_681_468, "hotpotqa": 5_233_329, "fiqa": 57_638,
+    "arguana": 8_674, "webis-touche2020": 382_545, "dbpedia-entity": 4_635_922, "scidocs": 25_657,
+    "fever": 5_416_568, "climate-fever": 5_416_593, "scifact": 5_183, "quora": 522_931,
+}
+"""Documents in each BEIR-13 corpus (``corpus.jsonl`` lines; BEIR, Thakur et al. 2021, Table 1): 24.6M in all,
+the figure docs/scale.md uses."""
+
+RELEASED_PARAMETERS: dict[str, int] = {
+    "opensearch-project/opensearch-neural-sparse-encoding-doc-v3-distill": 67_000_000,
+    "opensearch-project/opensearch-neural-sparse-encoding-doc-v3-gte": 133_000_000,
+    "opensearch-project/opensearch-neural-sparse-encoding-doc-v2-distill": 67_000_000,
+    "opensearch-project/opensearch-neural-sparse-encoding-doc-v2-mini": 23_000_000,
+    "opensearch-project/opensearch-neural-sparse-encoding-doc-v1": 133_000_000,
+}
+"""Parameters of released Hub models whose shape is not known offline (custom code, or no local config), as
+their publishers state them (the "Model Parameters" row of the OpenSearch v3 blog and of the model cards' "Select
+the model" table; see regressions/published/opensearch_neural_sparse*.yaml)."""
+
+
+def forward_flops_per_token(model: str, model_dir: str | None) -> float | None:
+    """Forward-pass FLOPs per token of ``model`` (a folder, a Hub id known offline, or a released model with
+    stated parameters), or None when its size is not known here."""
+    config = _architecture(model, model_dir)
+    if config is not None:
+        return flops_per_token(config)[0] / 3
+    if model in RELEASED_PARAMETERS:
+        return 2.0 * RELEASED_PARAMETERS[model]
+    return None
+
+
+def _encoded_model(condition: Condition) -> str | None:
+    """The model whose shape encodes the documents: the condition's own, or its recipe's starting model."""
+    if condition.train:
+        return load_recipe(condition.train).model
+    return condition.model
+
+
+def encoding_cost(spec: Spec, selected: list[tuple[Condition, DatasetRun]], model_dir: str | None,
+                  gpu_tflops: float = DEFAULT_GPU_TFLOPS) -> list[str]:
+    """Lines estimating each impact condition's encoding FLOPs and GPU-hours over its selected datasets, and
+    the total; BM25 conditions and pinned encoded vectors cost no GPU time."""
+    lines, total = [], 0.0
+    for condition in spec.conditions:
+        runs = [dataset for chosen, dataset in selected if chosen is condition and not dataset.encoded]
+        model = _encoded_model(condition)
+        if condition.retrieval != "impact" or not runs or model is None:
+            continue
+        per_token = forward_flops_per_token(model, model_dir)
+        unknown = [dataset.name for dataset in runs if dataset.name not in BEIR_CORPUS_DOCUMENTS]
+        documents = sum(BEIR_CORPUS_DOCUMENTS.get(dataset.name, 0) for dataset in runs)
+        length = condition.encoder.max_length_doc
+        if per_token is None:
+            lines.append(f"  {condition.name}: cost unknown (size of {model} not known offline; put it under "
+                         "--model-dir for an estimate)")
+            continue
+        flop = per_token * documents * length
+        total += flop
+        missing = f"; not counted: {', '.join(unknown)} (corpus size not known)" if unknown else ""
+        lines.append(f"  {condition.name}: {documents:,} documents x <= {length} tokens x "
+                     f"{per_token / 1e9:.2f} GFLOP/token = {_flops(flop)}, {_hours(flop, gpu_tflops)}{missing}")
+    if not lines:
+        return []
+    head = (f"encoding cost (upper bound: every document at max_length_doc, attention not counted; "
+            f"{gpu_tflops:g} TFLOP/s sustained, an assumption as in train --dry-run; training not included):")
+    return [head, *lines, f"  total ~{_flops(total)}, {_hours(total, gpu_tflops)}"]
+
+
+def _hours(flop: float, gpu_tflops: float) -> str:
+    hours = flop / (gpu_tflops * 1e12) / 3600
+    return f"~{hours:.2f} GPU-hours" if hours >= 0.01 else "under 0.01 GPU-hours"
