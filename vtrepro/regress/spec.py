@@ -21,7 +21,7 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, unsafe_character
 from vtrepro.core.options import modernize
 from vtrepro.core.schema import Checker, Field, read_yaml, round_trip_yaml
-from vtrepro.core.shipped import SHIPPED_DIR
+from vtrepro.core.shipped import SHIPPED_DIR, find_shipped
 from vtrepro.data.beir import DATASET_NAME
 from vtrepro.encode.vectors import Quantization
 from vtrepro.evaluate.trec import DEFAULT_METRICS, parse_metric
@@ -130,14 +130,8 @@ class Spec:
 
 
 def find_spec(spec: str) -> Path:
-    """A spec file path, or a name (with or without .yaml) in ./regressions or the repo's regressions/."""
-    candidates = [Path(spec)]
-    for folder in (Path.cwd() / "regressions", REGRESSIONS_DIR):
-        candidates += [folder / spec, folder / f"{spec}.yaml"]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    raise VtreproError(f"spec '{spec}' not found: give a YAML file path or a name in {REGRESSIONS_DIR}")
+    """A spec file path, or a name (with or without .yaml) in ./regressions or the installed package's."""
+    return find_shipped(spec, REGRESSIONS_DIR, "spec")
 
 
 def _read_document(path: Path) -> CommentedMap:

@@ -28,7 +28,7 @@ from ruamel.yaml.comments import CommentedMap
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.schema import Checker, Field, read_mapping_file
-from vtrepro.core.shipped import PUBLISHED_DIR
+from vtrepro.core.shipped import PUBLISHED_DIR, find_shipped
 from vtrepro.evaluate.trec import parse_metric
 
 _TABLE = {"source": Field(str), "url": Field(str, None), "average_convention": Field(str, None),
@@ -73,12 +73,9 @@ def beir_average(values: dict[str, float]) -> float:
 
 
 def find_table(name: str) -> Path:
-    """A published table file: a path, or a name in ``regressions/published/``."""
-    for candidate in (Path(name), PUBLISHED_DIR / name, PUBLISHED_DIR / f"{name}.yaml"):
-        if candidate.is_file():
-            return candidate
-    known = ", ".join(sorted(path.stem for path in PUBLISHED_DIR.glob("*.yaml")))
-    raise VtreproError(f"published table '{name}' not found: give a YAML file or one of {known} (in {PUBLISHED_DIR})")
+    """A published table file: a path, or a name in the installed package's ``regressions/published/`` (the
+    only folder: reports and results name their tables against it)."""
+    return find_shipped(name, PUBLISHED_DIR, "published table", checkout=False)
 
 
 def load_table(name: str | Path) -> dict[str, PublishedSystem]:
