@@ -41,6 +41,11 @@ from vtrepro.model.loading import load_masked_lm, resolve_model
 from vtrepro.model.options import EncoderOptions
 
 FORMAT_VERSION = "6.3.0"
+POOLING_ACTIVATION = {"log1p": "relu", "log1p-log1p": "log1p_relu"}
+"""vtrepro's ``activation`` -> SpladePooling's ``activation_function`` (which applies log1p after it, and
+with ``log1p_relu`` once more: OpenSearch's v3 activation)."""
+ACTIVATION_TEXT = {"log1p": "log1p(relu(logits)), max over tokens",
+                   "log1p-log1p": "log1p(log1p(relu(logits))), max over tokens"}
 """The sentence-transformers release whose ``save()`` layout is written (checked against it by the tests)."""
 TRANSFORMER_TYPE = "sentence_transformers.base.modules.transformer.Transformer"
 POOLING_TYPE = "sentence_transformers.sparse_encoder.modules.splade_pooling.SpladePooling"
@@ -82,7 +87,7 @@ class ExportedModel:
                 "vocabulary_size": self.vocabulary_size, "dropped_dimensions": list(self.special_ids),
                 "max_length_doc": self.options.max_length_doc, "max_length_query": self.options.max_length_query,
                 "inference_free": self.inference_free, "model_folder": self.model_folder,
-                "activation": "log1p(relu(logits)), max over tokens", "format": f"sentence-transformers {FORMAT_VERSION}"}
+                "activation": ACTIVATION_TEXT[self.options.activation], "format": f"sentence-transformers {FORMAT_VERSION}"}
 
 
 def write_sparse_encoder(model: str | Path, output: str | Path, options: EncoderOptions = EncoderOptions(), *,
@@ -109,12 +114,12 @@ def write_sparse_encoder(model: str | Path, output: str | Path, options: Encoder
         transformer = staging / exported.model_folder
         _write_transformer(transformer, network, tokenizer, exported)
         if query_side is None:
-            _write_pooling(staging / "1_SpladePooling", exported.vocabulary_size)
+            _write_pooling(staging / "1_SpladePooling", exported.vocabulary_size, options.activation)
             write_json(staging / "modules.json", [_module(0, "", TRANSFORMER_TYPE), _module(1, "1_SpladePooling", POOLING_TYPE)])
         else:
             _write_query_side(staging, query_side, tokenizer)
             query_side.save(transformer)
-            _write_pooling(staging / POOLING_FOLDER, exported.vocabulary_size)
+            _write_pooling(staging / POOLING_FOLDER, exported.vocabulary_size, options.activation)
             write_json(staging / "modules.json", [_module(0, "", ROUTER_TYPE)])
             write_json(staging / "router_config.json", _router_config())
         write_json(staging / "config_sentence_transformers.json", _model_config())
@@ -165,9 +170,9 @@ def _write_transformer(folder: Path, network: Any, tokenizer: Any, exported: Exp
         write_json(folder / name, report)
 
 
-def _write_pooling(folder: Path, dimensions: int) -> None:
-    write_json(folder / "config.json",
-               {"pooling_strategy": "max", "activation_function": "relu", "embedding_dimension": dimensions})
+def _write_pooling(folder: Path, dimensions: int, activation: str) -> None:
+    write_json(folder / "config.json", {"pooling_strategy": "max", "activation_function": POOLING_ACTIVATION[activation],
+                                        "embedding_dimension": dimensions})
 
 
 def _write_query_side(root: Path, query_side: IdfQueryEncoder, tokenizer: Any) -> None:
