@@ -7,7 +7,7 @@ import urllib.request
 from pathlib import Path
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.data.beir import BEIR_DATASETS, BEIR_URL, NOT_REDISTRIBUTED, data_root, load_dataset
+from vtrepro.data.beir import BEIR_DATASETS, BEIR_URL, HF_API_URL, HUB_DATASETS, NOT_REDISTRIBUTED, data_root, load_dataset
 
 DOWNLOAD_PROBE_TIMEOUT_S = 10.0
 
@@ -29,29 +29,32 @@ def dataset_availability(name: str, data_dir: str | Path | None) -> tuple[str, s
     try:
         return f"local {load_dataset(name, data_dir, download=False).path}", None
     except VtreproError as error:
-        if name not in BEIR_DATASETS:
+        if name not in BEIR_DATASETS and name not in HUB_DATASETS:
             return "missing", str(error)
-    url = BEIR_URL.format(name.split("/")[0])
+    hub = HUB_DATASETS.get(name)
+    url = HF_API_URL.format(hub.repo) if hub else BEIR_URL.format(name.split("/")[0])
+    server = f"the Hugging Face Hub ({hub.repo})" if hub else "BEIR"
     try:
         with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=DOWNLOAD_PROBE_TIMEOUT_S):
-            return "to download from BEIR", None
+            return f"to download from {server}", None
     except OSError as error:
         reason = " ".join(str(getattr(error, "reason", error)).split())[:120]
-        return "missing", (f"dataset {name} is not under the data root (--data-dir / $VTREPRO_DATA) and BEIR's "
-                           f"download server is unreachable ({reason})")
+        return "missing", (f"dataset {name} is not under the data root (--data-dir / $VTREPRO_DATA) and "
+                           f"{server}'s download server is unreachable ({reason})")
 
 
 def check_dataset_split(name: str, split: str, data_dir: str | Path | None) -> bool:
     """What a run checks on a dataset before any work, without downloading; returns whether it is here.
 
     A dataset here must have ``qrels/<split>.tsv`` naming only queries of its queries file (both read and
-    checked); one not here must be a BEIR dataset that a run may download (it is checked once fetched).
+    checked); one not here must be a BEIR or ChemTEB
+    (:data:`~vtrepro.data.beir.HUB_DATASETS`) dataset that a run may download (it is checked once fetched).
     ``regress --dry-run`` checks with this what the real run checks.
     """
     try:
         dataset = load_dataset(name, data_dir, download=False)
     except VtreproError:
-        if name in BEIR_DATASETS and name not in NOT_REDISTRIBUTED:
+        if (name in BEIR_DATASETS and name not in NOT_REDISTRIBUTED) or name in HUB_DATASETS:
             return False
         raise
     dataset.queries(split)
@@ -63,3 +66,15 @@ def file_availability(value: str, data_dir: str | Path | None) -> tuple[str, str
     if path.is_file():
         return f"local {path}", None
     return "missing", f"file {path} not found (relative paths are under --data-dir / $VTREPRO_DATA when set)"
+
+
+def hub_dataset_availability(repo: str) -> tuple[str, str | None]:
+    """A Hugging Face dataset read with `datasets` (a recipe's pairs data): reachable, or missing with the problem."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(HF_API_URL.format(repo), method="HEAD"),
+                                    timeout=DOWNLOAD_PROBE_TIMEOUT_S):
+            return "on the Hugging Face Hub", None
+    except OSError as error:
+        reason = " ".join(str(getattr(error, "reason", error)).split())[:120]
+        return "missing", (f"Hugging Face dataset {repo} is unreachable ({reason}); save its rows as JSONL under "
+                           "--data-dir and set data.path")

@@ -2,7 +2,8 @@
 
 A dataset folder holds ``corpus.jsonl[.gz]``, ``queries.jsonl[.gz]`` and ``qrels/<split>.tsv``
 (header ``query-id<TAB>corpus-id<TAB>score``). A split's queries are those its qrels name,
-as with BEIR's ``GenericDataLoader(...).load(split=...)``.
+as with BEIR's ``GenericDataLoader(...).load(split=...)``. ChemTEB's retrieval sets (:data:`HUB_DATASETS`:
+ChemHotpotQA, ChemNQ) are downloaded by name from the Hugging Face Hub into the same layout.
 
 Every reader refuses, with the file and line, what a later stage would change or fail on: ids with
 whitespace or control characters, text holding a lone surrogate (a ``\\ud800`` JSON escape: not
@@ -42,6 +43,29 @@ BEIR_DATASETS: tuple[str, ...] = (
 )
 # BEIR lists these but may not redistribute them; users build them from the original sources.
 NOT_REDISTRIBUTED: frozenset[str] = frozenset({"bioasq", "signal1m", "trec-news", "robust04"})
+
+
+
+@dataclass(frozen=True)
+class HubRetrievalSet:
+    """A retrieval set kept on the Hugging Face Hub in mteb's layout: configs ``corpus`` and ``queries`` (one split
+    each) and ``default``, whose splits are the qrels (``query-id``, ``corpus-id``, ``score``)."""
+
+    repo: str
+    revision: str
+    documents: int  # corpus size as mteb's descriptive statistics give it (for cost estimates)
+
+
+HUB_DATASETS: dict[str, HubRetrievalSet] = {
+    # ChemTEB (Kasmaee et al. 2024, arXiv:2412.00532) retrieval tasks, at the revisions mteb pins
+    # (embeddings-benchmark/mteb mteb/tasks/Retrieval/eng/ChemHotpotQARetrieval.py:11-12 @9711091 and
+    # ChemNQRetrieval.py:11-12 @84213c4); corpus sizes from mteb/descriptive_stats/Retrieval/<task>.json
+    # (@6226d72: 10,069 documents, 18 test queries; @673df07: 22,933 documents, 27 test queries).
+    "chemhotpotqa": HubRetrievalSet("BASF-AI/ChemHotpotQARetrieval", "1840e8a5ac6ec752bbdd97d543ead0189bc7c25b", 10_069),
+    "chemnq": HubRetrievalSet("BASF-AI/ChemNQRetrieval", "5d958fb6b31055495347724d46431ba41309b03a", 22_933),
+}
+"""Datasets outside BEIR that vtrepro downloads by name, into the same BEIR layout."""
+KNOWN_DATASETS: tuple[str, ...] = (*BEIR_DATASETS, *HUB_DATASETS)
 
 BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{}.zip"
 HF_API_URL = "https://huggingface.co/api/datasets/{}"
@@ -206,9 +230,9 @@ def load_dataset(
             if _jsonl_file(folder, "corpus") is not None:
                 return BeirDataset(name, folder)
     searched = " or ".join(str(folder.parent) for folder in candidates)
-    if name not in BEIR_DATASETS:
+    if name not in KNOWN_DATASETS:
         raise VtreproError(
-            f"unknown dataset '{name}': not found under {searched} and not a BEIR dataset; "
+            f"unknown dataset '{name}': not found under {searched} and not a BEIR or ChemTEB dataset; "
             f"known: {_known_names()}; or pass the path of a folder with {REQUIRED_FILES}"
         )
     target = cache / name
@@ -233,7 +257,7 @@ def load_dataset(
 
 def _known_names() -> str:
     plain = [name for name in BEIR_DATASETS if not name.startswith("cqadupstack/")]
-    return ", ".join(plain) + ", cqadupstack/{" + ",".join(CQADUPSTACK_FORESTS) + "}"
+    return ", ".join(plain) + ", cqadupstack/{" + ",".join(CQADUPSTACK_FORESTS) + "}, " + ", ".join(HUB_DATASETS)
 
 
 def _looks_like_path(value: str) -> bool:
@@ -342,8 +366,11 @@ def _download(name: str, cache: Path) -> str:
     """Fetch ``name`` into ``cache``: BEIR's zip, else the ``BeIR/<name>`` Hugging Face datasets.
 
     Returns "" on success, else why it failed ("no network" when nothing could be reached).
+    A :data:`HUB_DATASETS` name comes from its Hub repository at its pinned revision only.
     """
     cache.mkdir(parents=True, exist_ok=True)
+    if name in HUB_DATASETS:
+        return _download_hub(name, cache, HUB_DATASETS[name])
     archive = name.split("/")[0]
     url = BEIR_URL.format(archive)
     try:
@@ -363,10 +390,24 @@ def _download(name: str, cache: Path) -> str:
             return "no network"
         return "; ".join([*reasons, f"Hugging Face {repo}: {_describe(error)}"])
     try:
-        _fetch_hf(name, cache)
+        _fetch_hf(name, cache, repo, (f"{repo}-qrels",))
         return ""
     except Exception as error:  # datasets raises many types; any of them means this fallback failed
         return "; ".join([*reasons, f"Hugging Face {repo}: {_describe(error)}"])
+
+
+def _download_hub(name: str, cache: Path, source: HubRetrievalSet) -> str:
+    """Fetch a :data:`HUB_DATASETS` set into ``cache/<name>``; "" on success, else why it failed."""
+    try:
+        with urllib.request.urlopen(HF_API_URL.format(source.repo), timeout=DOWNLOAD_TIMEOUT_S):
+            pass
+    except OSError as error:
+        return "no network" if _is_offline(error) else f"Hugging Face {source.repo}: {_describe(error)}"
+    try:
+        _fetch_hf(name, cache, source.repo, (source.repo, "default"), source.revision)
+        return ""
+    except Exception as error:  # datasets raises many types; any of them means the download failed
+        return f"Hugging Face {source.repo}@{source.revision[:7]}: {_describe(error)}"
 
 
 def _is_offline(error: BaseException) -> bool:
@@ -399,25 +440,26 @@ def _fetch_zip(url: str, archive: str, cache: Path) -> None:
         _publish(extracted / archive, cache / archive)
 
 
-def _fetch_hf(name: str, cache: Path) -> None:
-    """Write the ``BeIR/<name>`` corpus/queries configs and ``BeIR/<name>-qrels`` splits in BEIR layout."""
+def _fetch_hf(name: str, cache: Path, repo: str, qrels: tuple[str, ...], revision: str | None = None) -> None:
+    """Write ``repo``'s corpus/queries configs and the splits of ``qrels`` (a repository and optional config:
+    ``BeIR/<name>-qrels``, or mteb's ``(<repo>, "default")``) in BEIR layout."""
     from datasets import load_dataset as hf_load_dataset
 
-    logger.info(f"downloading Hugging Face BeIR/{name} into {cache}/")
+    logger.info(f"downloading Hugging Face {repo} into {cache}/")
     with tempfile.TemporaryDirectory(prefix=f".{name}.", dir=cache) as tmp:
         folder = Path(tmp) / name
-        corpus = hf_load_dataset(f"BeIR/{name}", "corpus")
+        corpus = hf_load_dataset(repo, "corpus", revision=revision)
         write_jsonl(
             folder / "corpus.jsonl",
             ({"_id": str(row["_id"]), "title": row.get("title") or "", "text": row.get("text") or ""}
              for split in corpus.values() for row in split),
         )
-        queries = hf_load_dataset(f"BeIR/{name}", "queries")
+        queries = hf_load_dataset(repo, "queries", revision=revision)
         write_jsonl(
             folder / "queries.jsonl",
             ({"_id": str(row["_id"]), "text": row.get("text") or ""} for split in queries.values() for row in split),
         )
-        for split, rows in hf_load_dataset(f"BeIR/{name}-qrels").items():
+        for split, rows in hf_load_dataset(*qrels, revision=revision).items():
             with atomic_write(folder / "qrels" / f"{split}.tsv") as handle:
                 handle.write("query-id\tcorpus-id\tscore\n")
                 for row in rows:

@@ -9,6 +9,7 @@ side is a few thousand short texts beside millions of documents. Indexing and se
 """
 from __future__ import annotations
 
+from vtrepro.data.beir import HUB_DATASETS
 from vtrepro.regress.spec import Condition, DatasetRun, Spec
 from vtrepro.training.plan import DEFAULT_GPU_TFLOPS, _architecture, _flops, flops_per_token
 from vtrepro.training.recipe import load_recipe
@@ -20,6 +21,13 @@ BEIR_CORPUS_DOCUMENTS: dict[str, int] = {
 }
 """Documents in each BEIR-13 corpus (``corpus.jsonl`` lines; BEIR, Thakur et al. 2021, Table 1): 24.6M in all,
 the figure docs/scale.md uses."""
+
+def corpus_documents(dataset: str) -> int | None:
+    """Documents in a known dataset's corpus (BEIR-13, or a Hub retrieval set such as ChemTEB's), or None."""
+    if dataset in BEIR_CORPUS_DOCUMENTS:
+        return BEIR_CORPUS_DOCUMENTS[dataset]
+    return HUB_DATASETS[dataset].documents if dataset in HUB_DATASETS else None
+
 
 RELEASED_PARAMETERS: dict[str, int] = {
     "opensearch-project/opensearch-neural-sparse-encoding-doc-v3-distill": 67_000_000,
@@ -62,8 +70,9 @@ def encoding_cost(spec: Spec, selected: list[tuple[Condition, DatasetRun]], mode
         if condition.retrieval != "impact" or not runs or model is None:
             continue
         per_token = forward_flops_per_token(model, model_dir)
-        unknown = [dataset.name for dataset in runs if dataset.name not in BEIR_CORPUS_DOCUMENTS]
-        documents = sum(BEIR_CORPUS_DOCUMENTS.get(dataset.name, 0) for dataset in runs)
+        sizes = {dataset.name: corpus_documents(dataset.name) for dataset in runs}
+        unknown = [name for name, size in sizes.items() if size is None]
+        documents = sum(size or 0 for size in sizes.values())
         length = condition.encoder.max_length_doc
         if per_token is None:
             lines.append(f"  {condition.name}: cost unknown (size of {model} not known offline; put it under "

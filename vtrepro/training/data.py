@@ -5,6 +5,8 @@ Sources:
 - BEIR layout: positives from ``qrels/<split>.tsv``, hard negatives mined with BM25 (Anserini)
   over the corpus and cached as JSONL beside the run;
 - MS MARCO triples TSV: ``query<TAB>positive<TAB>negative`` texts, read by line offset;
+- pairs (query, positive) with in-batch negatives only, from a local JSONL / JSON file or a Hugging Face
+  dataset (sentence-transformers' anchor / positive data, e.g. ``BASF-AI/dolma-chem-only-query-generated``);
 - MS MARCO hard negatives (the ``sentence-transformers/msmarco-hard-negatives`` layout):
   ``msmarco-hard-negatives.jsonl.gz`` lines ``{"qid", "pos": [pid], "neg": {system: [pid]}}`` with
   ``collection.tsv`` (``pid<TAB>text``) and ``queries.train.tsv`` (``qid<TAB>text``).
@@ -310,3 +312,93 @@ def msmarco_training_set(
         raise VtreproError(f"{collection}: no passage {missing} named in {hard_negatives}")
     summary = {"examples": len(pairs), "queries": len(pools), "documents": len(documents)}
     return PairTrainingSet(query_texts, documents, pairs, pools, negatives, summary=summary)
+
+
+# ---------------------------------------------------------------------------- pairs
+
+
+@dataclass(frozen=True)
+class PairsSource:
+    """Where a recipe's ``pairs`` data comes from and which of its rows train (a recipe's pairs data)."""
+
+    path: Path | None  # a local JSONL file, or JSON (an array of objects, or JSON lines)
+    hub: str | None  # else a Hugging Face dataset id, read with `datasets`
+    split: str = "train"
+    fields: tuple[str, str] = ("query", "positive")  # the query's and the positive document's keys
+    max_examples: int | None = None  # keep this many after a seeded shuffle (None: all)
+    held_out: int = 0  # then split off min(held_out, rows // 20) rows that do not train
+
+
+def pairs_training_set(source: PairsSource, seed: int) -> PairTrainingSet:
+    """One example per (query, positive) row, no hard negatives: the batch's other positives are the negatives.
+
+    The rows kept are those of the authors' chemistry script (``chem/train_chem.py`` @6addf32, lines 150-158):
+    `datasets`' ``shuffle(seed).select(range(max_examples + held_out))`` when the data is larger, then
+    ``train_test_split(test_size=min(held_out, rows // 20), seed)``'s train part. Both depend only on the
+    number of rows and the seed, so a local copy of a Hub dataset selects the same rows.
+    """
+    queries, documents = _read_pairs(source)
+    rows = _selected_rows(len(queries), source.max_examples, source.held_out, seed)
+    ids = [str(row) for row in rows]
+    summary = {"examples": len(ids), "rows": len(queries)}
+    return PairTrainingSet({key: queries[int(key)] for key in ids}, {key: documents[int(key)] for key in ids},
+                           [(key, key) for key in ids], {}, 0, summary=summary)
+
+
+def _selected_rows(size: int, max_examples: int | None, held_out: int, seed: int) -> list[int]:
+    from datasets import Dataset
+
+    rows = Dataset.from_dict({"row": list(range(size))})
+    if max_examples is not None and max_examples < size:
+        rows = rows.shuffle(seed=seed).select(range(min(max_examples + held_out, size)))
+    test_size = min(held_out, len(rows) // 20)
+    if test_size:
+        rows = rows.train_test_split(test_size=test_size, seed=seed)["train"]
+    return list(rows["row"])
+
+
+def _read_pairs(source: PairsSource) -> tuple[list[str], list[str]]:
+    """The query and positive texts of every row, in file (or dataset) order."""
+    query_key, document_key = source.fields
+    if source.path is None:
+        return _hub_pairs(str(source.hub), source.split, source.fields)
+    path = source.path
+    if not path.is_file():
+        raise VtreproError(f"{path}: pairs file not found")
+    with open(path, encoding="utf-8") as handle:
+        array = handle.read(4096).lstrip().startswith("[")
+    if array:
+        try:
+            records = list(enumerate(json.loads(path.read_text(encoding="utf-8")), 1))
+        except json.JSONDecodeError as error:
+            raise VtreproError(f"{path}:{error.lineno}: not JSON ({error.msg}); expected an array of "
+                               f"{{\"{query_key}\", \"{document_key}\"}} objects or JSON lines") from None
+    else:
+        records = list(read_jsonl(path))
+    queries, documents = [], []
+    for line, record in records:
+        texts = [record.get(key) if isinstance(record, dict) else None for key in source.fields]
+        if not all(isinstance(text, str) and text.strip() for text in texts):
+            where = "line" if not array else "item"
+            raise VtreproError(f"{path}: {where} {line}: expected {{\"{query_key}\": text, \"{document_key}\": text}} "
+                               f"(set data.query_field / data.document_field), got {record!r:.80}")
+        queries.append(str(texts[0]))
+        documents.append(str(texts[1]))
+    if not queries:
+        raise VtreproError(f"{path}: no pairs")
+    return queries, documents
+
+
+def _hub_pairs(repo: str, split: str, fields: tuple[str, str]) -> tuple[list[str], list[str]]:
+    from datasets import load_dataset as hf_load_dataset
+
+    try:
+        rows = hf_load_dataset(repo, split=split)
+    except Exception as error:  # datasets raises many types; any of them means the data is not here
+        raise VtreproError(f"Hugging Face dataset {repo} (split {split}) could not be loaded "
+                           f"({' '.join(str(error).split())[:160]}); download it as JSONL and set data.path") from None
+    missing = [key for key in fields if key not in rows.column_names]
+    if missing:
+        raise VtreproError(f"Hugging Face dataset {repo}: no column {missing[0]!r} (columns: "
+                           f"{', '.join(rows.column_names)}); set data.query_field / data.document_field")
+    return list(rows[fields[0]]), list(rows[fields[1]])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.data.availability import dataset_availability, file_availability
+from vtrepro.data.availability import dataset_availability, file_availability, hub_dataset_availability
 from vtrepro.model.loading import model_availability
 from vtrepro.training.mlm import MlmOptions
 from vtrepro.training.recipe import Recipe
@@ -16,7 +16,7 @@ from vtrepro.vocabulary.transfer import TransferOptions
 
 def required_inputs(recipe: Recipe, output: Path) -> list[tuple[str, str, str]]:
     """(label, kind, value) of every input the unfinished part of the recipe reads; kind is model,
-    dataset or file."""
+    dataset, hub dataset or file."""
     inputs: list[tuple[str, str, str]] = []
     training_done = (output / "final").is_dir()
     resume_from = None if training_done else latest_checkpoint(output)  # refuses a checkpoint it cannot resume
@@ -40,6 +40,8 @@ def required_inputs(recipe: Recipe, output: Path) -> list[tuple[str, str, str]]:
     data = recipe.data
     if data["format"] == "beir":
         inputs.append(("data", "dataset", data["dataset"]))
+    if data["format"] == "pairs" and data["hub"]:
+        inputs.append(("data.hub", "hub dataset", data["hub"]))
     for key in ("path", "hard_negatives", "collection", "queries", "teacher"):
         if data.get(key):
             inputs.append((f"data.{key}", "file", data[key]))
@@ -54,6 +56,8 @@ def availability(kind: str, value: str, data_dir, model_dir) -> tuple[str, str |
         return model_availability(value, model_dir)
     if kind == "dataset":
         return dataset_availability(value, data_dir)
+    if kind == "hub dataset":
+        return hub_dataset_availability(value)
     return file_availability(value, data_dir)
 
 

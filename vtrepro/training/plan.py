@@ -27,6 +27,9 @@ KNOWN_ARCHITECTURES: dict[str, tuple[str, dict[str, int]]] = {
     "google-bert/bert-base-uncased": ("bert", {}), "FacebookAI/roberta-base": ("roberta", _ROBERTA),
     "FacebookAI/roberta-large": ("roberta", {**_ROBERTA, "hidden_size": 1024, "num_hidden_layers": 24,
                                              "num_attention_heads": 16, "intermediate_size": 4096}),
+    # The authors' MLM-adapted chemistry checkpoint (recipe chem_splade), not on the Hub: "a plain BERT MLM
+    # checkpoint" (chem/train_chem.py:169 @6addf32); costed as BERT-base with bert-base-uncased's vocabulary.
+    "mlm_model-1000-b3": ("bert", {}),
 }
 """Hub models whose shape the cost estimate knows offline: transformers' default config of the model type
 with the published config.json's sizes."""
@@ -138,6 +141,10 @@ def describe_plan(recipe: Recipe, output: Path, data_dir, model_dir, gpu_tflops:
         source = f"BEIR {data['dataset']} {data['split']} qrels, {mined}"
     elif data["format"] == "triples":
         source = f"triples {data['path']}"
+    elif data["format"] == "pairs":
+        kept = f", {data['max_examples']} kept" if data["max_examples"] else ""
+        source = (f"pairs ({data['query_field']}, {data['document_field']}) from {data['path'] or data['hub']}"
+                  f"{kept}, in-batch negatives")
     else:
         source = (f"MS MARCO hard negatives {data['hard_negatives']} "
                   f"(systems: {', '.join(data['systems']) if data['systems'] else 'all'})")

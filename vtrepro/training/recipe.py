@@ -13,10 +13,9 @@ from typing import Any
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from vtrepro.core.errors import VtreproError
 from vtrepro.core.options import modernize
 from vtrepro.core.schema import MAX_BATCH_SIZE, MAX_TEXT_TOKENS, Checker, Field, read_mapping_file
-from vtrepro.core.shipped import RECIPES_DIR
+from vtrepro.core.shipped import RECIPES_DIR, find_shipped
 from vtrepro.search.runs import MAX_K
 from vtrepro.training.mlm import DTYPES, OLD_DTYPES
 from vtrepro.training.stages import STAGE_OPTIONS, Stage, read_stage
@@ -32,7 +31,8 @@ _TOP = {
     "training": Field("mapping"),
 }
 _DATA_COMMON = {
-    "format": Field(str, choices=("beir", "triples", "msmarco")), "negatives": Field(int, 1, minimum=0, maximum=MAX_NEGATIVES),
+    "format": Field(str, choices=("beir", "triples", "msmarco", "pairs")),
+    "negatives": Field(int, 1, minimum=0, maximum=MAX_NEGATIVES),
     "teacher": Field(str, None, nullable=True),
 }
 _DATA_FORMATS = {
@@ -42,6 +42,11 @@ _DATA_FORMATS = {
     "msmarco": {"hard_negatives": Field(str), "collection": Field(str), "queries": Field(str),
                 "systems": Field("str_list", None, nullable=True),
                 "per_system": Field(int, None, minimum=1, nullable=True)},
+    "pairs": {"path": Field(str, None, nullable=True, what="a JSONL or JSON file of pairs"),
+              "hub": Field(str, None, nullable=True, what="a Hugging Face dataset id"),
+              "split": Field(str, "train"), "query_field": Field(str, "query"),
+              "document_field": Field(str, "positive"),
+              "max_examples": Field(int, None, minimum=1, nullable=True), "held_out": Field(int, 0, minimum=0)},
 }
 _LOSS = {
     "ranking": Field(str, "infonce", ("infonce", "margin_mse", "kl")), "temperature": Field(float, 1.0, above=0),
@@ -108,14 +113,8 @@ class Recipe:
 
 
 def find_recipe(recipe: str) -> Path:
-    """A recipe file path, or a name (with or without .yaml) in ./regressions/recipes or the repo's."""
-    candidates = [Path(recipe)]
-    for folder in (Path.cwd() / "regressions" / "recipes", RECIPES_DIR):
-        candidates += [folder / recipe, folder / f"{recipe}.yaml"]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    raise VtreproError(f"recipe '{recipe}' not found: give a YAML file path or a name in {RECIPES_DIR}")
+    """A recipe file path, or a name (with or without .yaml) in ./regressions/recipes or the installed package's."""
+    return find_shipped(recipe, RECIPES_DIR, "recipe")
 
 
 def load_recipe(recipe: str | Path) -> Recipe:
@@ -166,15 +165,32 @@ def _check_consistency(check: Checker, document: CommentedMap, recipe: Recipe) -
         if recipe.data["teacher"] is not None:
             raise check.fail(data, "teacher", "data.format triples has no query or document ids for teacher scores; "
                                                "use format beir or msmarco")
+    if recipe.data["format"] == "pairs":
+        _check_pairs(check, data, recipe)
     if recipe.data["format"] == "beir" and recipe.data["mining"] == "none" and recipe.data["negatives"]:
         raise check.fail(data, "negatives", "data.mining none gives no hard negatives: set data.negatives to 0")
     if recipe.query_encoder == "idf":
         if recipe.loss["lambda_q"] > 0:
             raise check.fail(loss, "lambda_q", "query_encoder idf has no trained query side: set loss.lambda_q to 0")
-        if recipe.idf_corpus is None and recipe.data["format"] == "triples":
-            raise check.fail(document, "query_encoder", "query_encoder idf with triples needs idf_corpus "
+        if recipe.idf_corpus is None and recipe.data["format"] in ("triples", "pairs"):
+            raise check.fail(document, "query_encoder", f"query_encoder idf with {recipe.data['format']} needs idf_corpus "
                                                          "(a BEIR dataset or a corpus file)")
     elif recipe.idf_corpus is not None:
         raise check.fail(document, "idf_corpus", "idf_corpus is only used with query_encoder: idf")
     if recipe.training["lr_warmup_steps"] >= recipe.training["steps"]:
         raise check.fail(training, "lr_warmup_steps", "training.lr_warmup_steps must be below training.steps")
+
+
+def _check_pairs(check: Checker, data: CommentedMap, recipe: Recipe) -> None:
+    """Pairs have one source, no mined negatives and no teacher: the other queries' positives are the negatives."""
+    if (recipe.data["path"] is None) == (recipe.data["hub"] is None):
+        raise check.fail(data, "format", "data.format pairs reads one source: set data.path (a local JSONL or JSON "
+                                         "file) or data.hub (a Hugging Face dataset id), not both")
+    if recipe.data["negatives"] != 0:
+        raise check.fail(data, "negatives", "data.format pairs has no hard negatives (the batch's other positives "
+                                             "are the negatives): set data.negatives to 0")
+    if recipe.data["teacher"] is not None:
+        raise check.fail(data, "teacher", "data.format pairs has no ids for teacher scores; use format beir or msmarco")
+    if recipe.loss["ranking"] != "infonce" or not recipe.loss["in_batch_negatives"]:
+        raise check.fail(data, "format", "data.format pairs trains with in-batch negatives only: set loss.ranking "
+                                         "infonce and loss.in_batch_negatives true")

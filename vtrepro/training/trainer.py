@@ -50,6 +50,11 @@ def build_training_set(recipe: Recipe, data_dir, cache_dir: Path):
     data = recipe.data
     if data["format"] == "triples":
         return training_data.TriplesTrainingSet(data_path(data["path"], data_dir))
+    if data["format"] == "pairs":
+        source = training_data.PairsSource(
+            data_path(data["path"], data_dir) if data["path"] else None, data["hub"], data["split"],
+            (data["query_field"], data["document_field"]), data["max_examples"], data["held_out"])
+        return training_data.pairs_training_set(source, recipe.training["seed"])
     if data["format"] == "beir":
         pairs_from = training_data.BeirPairs(data["negatives"], data["mining"], data["depth"], data["min_relevance"])
         examples = training_data.beir_training_set(data["dataset"], data_dir, data["split"], pairs_from, cache_dir)
