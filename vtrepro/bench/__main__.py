@@ -8,7 +8,9 @@
   (:mod:`vtrepro.bench.search`);
 - ``transfer`` times a full-scale topology transfer against its time and memory limits
   (:mod:`vtrepro.bench.transfer`);
-- ``base-size`` times the dense encoder at BERT-base size (:mod:`vtrepro.bench.base_size`).
+- ``base-size`` times the dense encoder at BERT-base size (:mod:`vtrepro.bench.base_size`);
+- ``scale`` runs every stage after encoding on synthetic collections of growing size fitted to a real
+  encoding (:mod:`vtrepro.bench.scale`).
 
 Exit status 1 when vectors or runs differ or a limit is passed.
 """
@@ -56,6 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     search.add_argument("--index-dir", type=Path,
                         help="folder keeping both indexes (lucene/, pisa/), reused while they hold these vectors "
                              "(default: a temporary folder, both built)")
+    scale = commands.add_parser("scale", help="every stage after encoding on synthetic collections of growing size, "
+                                              "fitted to a real encoding")
+    scale.add_argument("--vectors", required=True, type=Path, help="encoded corpus the collections are fitted to")
+    scale.add_argument("--queries", required=True, type=Path, help="encoded queries.jsonl searched at every size")
+    scale.add_argument("--sizes", type=_sizes, default=[10_000, 100_000],
+                       help=f"comma-separated collection sizes, each 1 to {MAX_SCALE_DOCUMENTS:,} (default 10000,100000)")
+    scale.add_argument("--output", type=Path, default=Path("runs/bench-scale"),
+                       help="folder for scale.json and the work folders, removed after each size (default runs/bench-scale)")
     commands.add_parser("transfer", help="topology transfer of a 50k-token source onto a 30k-token target: "
                                          "exit 1 at 60 s or 4 GB peak memory")
     base_size = commands.add_parser("base-size", help="dense encoding rate of a BERT-base-sized model (random weights)")
@@ -72,6 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.index_dir is not None:
             check_output(args.index_dir, [EncodedFolder(args.vectors).collection, args.queries], kind="folder")
         return bench_search(args.vectors, args.queries, args.k, args.threads, args.index_dir)
+    if args.command == "scale":
+        from vtrepro.bench.scale import bench_scale
+
+        check_output(args.output, [EncodedFolder(args.vectors).collection, args.queries], kind="folder")
+        return bench_scale(args.vectors, args.queries, args.sizes, args.output)
     if args.command == "transfer":
         from vtrepro.bench.transfer import run_transfer_bench
 
@@ -84,6 +99,21 @@ def main(argv: list[str] | None = None) -> int:
 
     return bench_encode(EncodeBench(_default_model(args.model), args.dataset, args.data_dir, args.limit,
                                     EncoderOptions.from_args(args), args.repeat, args.device, args.screen))
+
+
+MAX_SCALE_DOCUMENTS = 10_000_000
+"""Largest synthetic collection: above MS MARCO's 8,841,823 passages."""
+
+
+def _sizes(text: str) -> list[int]:
+    """``--sizes``: comma-separated document counts, each within 1 to :data:`MAX_SCALE_DOCUMENTS`."""
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated whole numbers, e.g. 10000,100000") from None
+    if not sizes or not all(1 <= size <= MAX_SCALE_DOCUMENTS for size in sizes):
+        raise argparse.ArgumentTypeError(f"{text!r}: each size must be 1 to {MAX_SCALE_DOCUMENTS:,}")
+    return sizes
 
 
 def _default_model(model: str | None) -> str:

@@ -137,43 +137,75 @@ def ensure_pisa_index(vectors_dir: str | Path, index_dir: str | Path) -> tuple[d
 
 def _write_index(files: list[Path], folder: Path, expected: VectorSetSummary) -> dict:
     """PISA's binary collection (``inv.docs``, ``inv.freqs``, ``inv.sizes``: uint32 sequences, each list
-    led by its length) and lexicons, then its compressed index and score bounds."""
-    doc_ids: list[str] = []
-    term_ids: dict[str, int] = {}
-    posting_docs, posting_terms, impacts = array("I"), array("I"), array("I")
+    led by its length) and lexicons, then its compressed index and score bounds.
+
+    Two passes over the vectors, so memory holds the vocabulary and a count per document, never the
+    postings: the first counts each term's documents (and writes the document lexicon), the second writes
+    every posting straight to its place in memory-mapped output files, documents in collection order."""
+    terms = _count_terms(files, folder / "fwd.documents", expected.count)
+    tokens = sorted(terms.ids)  # PISA's lexicon is searched by bisection
+    rank = np.empty(len(tokens), dtype=np.int64)
+    rank[[terms.ids[token] for token in tokens]] = np.arange(len(tokens))
+    counts = np.asarray(terms.counts, dtype=np.int64)[np.argsort(rank)]  # by rank
+    cursor = np.cumsum(counts + 1) - counts  # where each term's first posting goes (after its length)
+    postings = int(counts.sum())
+    doc_file = np.memmap(folder / "inv.docs", dtype=np.uint32, mode="w+", shape=(2 + postings + len(tokens),))
+    freq_file = np.memmap(folder / "inv.freqs", dtype=np.uint32, mode="w+", shape=(postings + len(tokens),))
+    doc_file[:2] = (1, len(terms.lengths))
+    doc_file[2 + cursor - 1] = counts
+    freq_file[cursor - 1] = counts
     with Progress(expected.count, "index (PISA)", "doc") as progress:
-        for _, _, doc_id, vector in read_vectors(files):
-            for term, impact in vector.items():
-                posting_docs.append(len(doc_ids))
-                posting_terms.append(term_ids.setdefault(pisa_term(term), len(term_ids)))
-                impacts.append(impact)
-            doc_ids.append(doc_id)
+        for number, (_, _, _, vector) in enumerate(read_vectors(files)):
+            ranks = rank[[terms.ids[pisa_term(term)] for term in vector]]
+            places = cursor[ranks]
+            doc_file[2 + places] = number
+            freq_file[places] = np.fromiter(vector.values(), dtype=np.uint32, count=len(vector))
+            cursor[ranks] += 1
             progress.update()
-    tokens = sorted(term_ids)  # PISA's lexicon is searched by bisection
-    rank = np.empty(len(tokens), dtype=np.uint32)
-    rank[[term_ids[token] for token in tokens]] = np.arange(len(tokens), dtype=np.uint32)
-    terms = rank[np.frombuffer(posting_terms, dtype=np.uint32)]
-    order = np.lexsort((np.frombuffer(posting_docs, dtype=np.uint32), terms))
-    counts = np.bincount(terms, minlength=len(tokens)).astype(np.uint32)
-    starts = np.cumsum(counts, dtype=np.int64) - counts
-    documents = np.frombuffer(posting_docs, dtype=np.uint32)[order]
-    header = np.array([1, len(doc_ids)], dtype=np.uint32)
-    np.concatenate((header, np.insert(documents, starts, counts))).tofile(folder / "inv.docs")
-    np.insert(np.frombuffer(impacts, dtype=np.uint32)[order], starts, counts).tofile(folder / "inv.freqs")
-    lengths = np.bincount(np.frombuffer(posting_docs, dtype=np.uint32), minlength=len(doc_ids))  # unused by the scorer
-    np.concatenate(([len(doc_ids)], lengths)).astype(np.uint32).tofile(folder / "inv.sizes")
+    doc_file.flush()
+    freq_file.flush()
+    del doc_file, freq_file  # unmapped before PISA reads the files
+    np.concatenate(([len(terms.lengths)], terms.lengths)).astype(np.uint32).tofile(folder / "inv.sizes")  # unused by the scorer
     (folder / "fwd.terms").write_text("".join(f"{token}\n" for token in tokens), encoding="utf-8")
-    (folder / "fwd.documents").write_text("".join(f"{doc_id}\n" for doc_id in doc_ids), encoding="utf-8")
     with _native_output_quiet():
         pisathon = _pisathon()
         pisathon.build_binlex(str(folder / "fwd.terms"), str(folder / "fwd.termlex"))
         pisathon.build_binlex(str(folder / "fwd.documents"), str(folder / "fwd.doclex"))
         _prepare(folder)  # compresses the index and stores the score bounds, once
-    meta = {"format": META_FORMAT, "vectors_sha256": expected.sha256, "documents": len(doc_ids),
-            "unique_terms": len(tokens), "total_terms": expected.total_impact, "max_impact": max(impacts, default=0),
+    meta = {"format": META_FORMAT, "vectors_sha256": expected.sha256, "documents": len(terms.lengths),
+            "unique_terms": len(tokens), "total_terms": expected.total_impact, "max_impact": terms.max_impact,
             "encoding": ENCODING}
     write_json(folder / META_NAME, meta)
     return meta
+
+
+class _TermCounts:
+    """The first pass's findings: term -> id in order of appearance, documents per term id, terms per
+    document, the largest impact."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.counts = array("q")
+        self.lengths = array("I")
+        self.max_impact = 0
+
+
+def _count_terms(files: list[Path], documents_lexicon: Path, documents: int) -> _TermCounts:
+    """Pass one: count each term's documents and write the document ids, one a line, in collection order."""
+    terms = _TermCounts()
+    with open(documents_lexicon, "w", encoding="utf-8") as lexicon, \
+            Progress(documents, "index (PISA): count terms", "doc") as progress:
+        for _, _, doc_id, vector in read_vectors(files):
+            for term in vector:
+                term_id = terms.ids.setdefault(pisa_term(term), len(terms.ids))
+                if term_id == len(terms.counts):
+                    terms.counts.append(0)
+                terms.counts[term_id] += 1
+            terms.lengths.append(len(vector))
+            terms.max_impact = max(terms.max_impact, max(vector.values(), default=0))
+            lexicon.write(f"{doc_id}\n")
+            progress.update()
+    return terms
 
 
 @contextlib.contextmanager

@@ -1,0 +1,89 @@
+"""``bench scale``: synthetic collections drawn from a real encoding's statistics, and every stage after encoding
+measured on them (both engines' runs identical)."""
+import json
+
+import numpy as np
+import pytest
+
+from vtrepro.bench.__main__ import main as bench
+from vtrepro.bench.scale import fit_statistics, growth_exponents, run_stage, write_collection
+from vtrepro.encode.reader import read_vectors, vector_files
+
+TERMS = [f"t{index}" for index in range(40)] + ["caf\u00e9", "%25x"]
+
+
+def write_source(folder, documents=60, seed=3):
+    """A small encoded-looking corpus: Zipf-like terms, varied lengths and impacts."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True)
+    weights = 1 / np.arange(1, len(TERMS) + 1)
+    with open(folder / "part-00000.jsonl", "w", encoding="utf-8") as handle:
+        for number in range(documents):
+            chosen = rng.choice(len(TERMS), size=int(rng.integers(3, 15)), replace=False, p=weights / weights.sum())
+            vector = {TERMS[index]: int(rng.integers(1, 300)) for index in chosen}
+            handle.write(json.dumps({"id": f"s{number}", "contents": "", "vector": vector}) + "\n")
+    return folder
+
+
+def test_a_synthetic_collection_follows_the_fitted_statistics_and_is_reproducible(tmp_path):
+    statistics = fit_statistics(write_source(tmp_path / "source"))
+    assert statistics.documents == 60 and set(statistics.terms) <= set(TERMS)
+    write_collection(statistics, 500, tmp_path / "a")
+    write_collection(statistics, 500, tmp_path / "b")
+    first, second = (sorted(path.read_bytes() for path in vector_files(tmp_path / name)) for name in "ab")
+    assert first == second  # the same seed, the same collection
+    records = list(read_vectors(vector_files(tmp_path / "a")))
+    assert [doc_id for _, _, doc_id, _ in records] == [f"d{number}" for number in range(500)]
+    lengths = {len(vector) for *_, vector in records}
+    assert lengths <= set(statistics.terms_per_document.tolist())  # every length was observed
+    impacts = {impact for *_, vector in records for impact in vector.values()}
+    assert impacts <= set(statistics.impact_values.tolist())
+    frequency = {term: sum(term in vector for *_, vector in records) for term in statistics.terms}
+    assert frequency["t0"] > frequency["t30"]  # the most frequent term stays the most frequent
+    assert "terms per document" in statistics.describe()
+
+
+def test_growth_exponent_is_the_log_log_slope():
+    from vtrepro.bench.scale import StageFigures
+
+    figures = [StageFigures("index", 1000, 2.0, 0), StageFigures("index", 10_000, 20.0, 0),
+               StageFigures("search", 1000, 1.0, 0), StageFigures("search", 10_000, 100.0, 0),
+               StageFigures("once", 1000, 1.0, 0)]
+    exponents = growth_exponents(figures)
+    assert exponents == pytest.approx({"index": 1.0, "search": 2.0})
+
+
+def test_a_stage_runs_in_its_own_process_and_reports_its_peak_memory(tmp_path):
+    figures = run_stage("fingerprint", 60, _fingerprint, write_source(tmp_path / "source"))
+    assert figures.figures == {"count": 60} and figures.peak_rss_bytes > 10 * 2**20 and figures.seconds > 0
+
+
+def _fingerprint(folder):
+    from vtrepro.encode.fingerprint import fingerprint_folder
+
+    return None, {"count": fingerprint_folder(folder).count}
+
+
+@pytest.mark.parametrize("sizes", ["0", "1,x", "20000000"])
+def test_sizes_out_of_bounds_are_refused_before_work(tmp_path, capsys, sizes):
+    with pytest.raises(SystemExit) as exit_info:
+        bench(["scale", "--vectors", str(tmp_path), "--queries", str(tmp_path / "q.jsonl"), "--sizes", sizes])
+    assert exit_info.value.code == 2 and "--sizes" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_every_stage_at_two_sizes_with_identical_runs(tmp_path, capsys):
+    source = write_source(tmp_path / "source")
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text("".join(json.dumps({"id": f"q{number}", "vector": {TERMS[number]: 3, TERMS[number + 5]: 1}}) + "\n"
+                               for number in range(8)))
+    output = tmp_path / "scale"
+    assert bench(["scale", "--vectors", str(source), "--queries", str(queries), "--sizes", "200,400",
+                  "--output", str(output)]) == 0
+    results = json.loads((output / "scale.json").read_text())
+    stages = {(stage["stage"], stage["documents"]) for stage in results["stages"]}
+    assert {("index pisa", 400), ("search lucene k=1000", 200), ("evaluate", 400), ("write", 200)} <= stages
+    assert all(stage["figures"]["runs_identical"] for stage in results["stages"] if stage["stage"].startswith("search pisa"))
+    assert set(results["growth_exponents"]) >= {"write", "index lucene", "search pisa k=10"}
+    assert not list(output.glob("work-*"))  # work folders removed
+    assert "identical at every size" in capsys.readouterr().out

@@ -1,0 +1,300 @@
+"""``python -m vtrepro bench scale``: every stage after encoding at 10^4 to 10^6 documents and beyond.
+
+No corpus of that size is encoded here (encoding is measured by ``bench encode``), so the collections are
+synthetic, drawn from statistics fitted to a real encoding (:func:`fit_statistics`): the number of terms per
+document, each term's document frequency and the impact values, all as observed (splade-tiny's SciFact
+vectors by default). Each size then runs, each stage in a fresh process so that its peak memory is its own:
+writing the vectors, fingerprinting them, the Lucene and the PISA index builds, search with both engines at
+``k`` 10 and 1000 (one thread, the real queries of the fitted encoding; the runs must be identical) and
+evaluation against synthetic judgments. Printed and written as JSON: seconds, peak RSS, size on disk,
+queries/s and latency per stage and size, and each stage's growth exponent (the slope of log seconds over
+log documents; 1 is linear).
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import resource
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from vtrepro.bench.machine import machine_line
+from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
+from vtrepro.core.io import atomic_write
+from vtrepro.encode.folder import EncodedFolder
+from vtrepro.encode.reader import read_query_vectors, read_vectors, vector_files
+
+SHARD_DOCUMENTS = 100_000
+"""Documents per synthetic vector file (as ``encode`` writes shards)."""
+BLOCK_DOCUMENTS = 10_000
+"""Documents drawn at once: bounds the generator's memory whatever the collection's size."""
+KS = (10, 1000)
+ENGINES = ("lucene", "pisa")
+RESULTS_NAME = "scale.json"
+JUDGED_PER_QUERY = 3
+"""Synthetic relevant documents per query: evaluation is timed, its scores mean nothing."""
+
+
+@dataclass(frozen=True)
+class CollectionStatistics:
+    """What a synthetic collection is drawn from, as observed in a real encoding."""
+
+    source: str
+    documents: int
+    terms: list[str]
+    document_frequency: np.ndarray
+    """Documents holding each term of :attr:`terms`."""
+    terms_per_document: np.ndarray
+    """One count per real document."""
+    impact_values: np.ndarray
+    impact_counts: np.ndarray
+
+    def describe(self) -> str:
+        lengths, impacts = self.terms_per_document, np.repeat(self.impact_values, self.impact_counts)
+        frequency = np.sort(self.document_frequency)[::-1]
+        ranks = np.arange(1, len(frequency) + 1)
+        zipf = -np.polyfit(np.log(ranks[:1000]), np.log(frequency[:1000]), 1)[0]
+        return (f"fitted to {self.source}: {self.documents} documents, {len(self.terms)} distinct terms; terms per "
+                f"document mean {lengths.mean():.1f}, median {np.median(lengths):.0f}, max {lengths.max()}; document "
+                f"frequency of the top 1,000 terms falls as rank^-{zipf:.2f}; impacts mean {impacts.mean():.1f}, "
+                f"median {np.median(impacts):.0f}, max {impacts.max()}")
+
+
+def fit_statistics(vectors_dir: Path) -> CollectionStatistics:
+    """Terms per document, document frequencies and impact values of a real encoded corpus, read as a stream."""
+    folder = EncodedFolder(vectors_dir).collection
+    frequency: dict[str, int] = {}
+    lengths: list[int] = []
+    impacts = np.zeros(1, dtype=np.int64)
+    for _, _, _, vector in read_vectors(vector_files(folder)):
+        lengths.append(len(vector))
+        for term in vector:
+            frequency[term] = frequency.get(term, 0) + 1
+        values = np.fromiter(vector.values(), dtype=np.int64, count=len(vector))
+        if values.size and values.max() >= impacts.size:
+            impacts = np.pad(impacts, (0, int(values.max()) + 1 - impacts.size))
+        np.add.at(impacts, values, 1)
+    if not lengths:
+        raise VtreproError(f"{folder}: no documents to fit a collection to; give an encoded corpus")
+    values = np.flatnonzero(impacts)
+    return CollectionStatistics(str(folder), len(lengths), list(frequency), np.fromiter(frequency.values(), dtype=np.int64),
+                                np.asarray(lengths), values, impacts[values])
+
+
+def write_collection(statistics: CollectionStatistics, documents: int, folder: Path, seed: int = 0) -> int:
+    """Write ``documents`` synthetic vectors (JsonVectorCollection shards) into ``folder``; returns bytes written.
+
+    Each document draws its length from the observed lengths, that many distinct terms with probability
+    proportional to their document frequency (so document frequencies scale with the collection), and an
+    impact per term from the observed impacts; blocks of :data:`BLOCK_DOCUMENTS` keep memory flat."""
+    rng = np.random.default_rng(seed)
+    term_weights = statistics.document_frequency / statistics.document_frequency.sum()
+    cumulative = np.cumsum(term_weights)
+    impact_cumulative = np.cumsum(statistics.impact_counts) / statistics.impact_counts.sum()
+    terms = np.asarray(statistics.terms, dtype=object)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = 0
+    for shard_start in range(0, documents, SHARD_DOCUMENTS):
+        shard_stop = min(shard_start + SHARD_DOCUMENTS, documents)
+        with atomic_write(folder / f"part-{shard_start // SHARD_DOCUMENTS:05d}.jsonl") as handle:
+            for block_start in range(shard_start, shard_stop, BLOCK_DOCUMENTS):
+                for line in _block_lines(rng, (cumulative, impact_cumulative), statistics, terms,
+                                         range(block_start, min(block_start + BLOCK_DOCUMENTS, shard_stop))):
+                    handle.write(line)
+                    written += len(line.encode())
+    return written
+
+
+def _block_lines(rng: np.random.Generator, cumulative: tuple[np.ndarray, np.ndarray], statistics: CollectionStatistics,
+                 terms: np.ndarray, numbers: range) -> list[str]:
+    """JSON lines of one block of synthetic documents: over-draw terms, keep each document's first distinct ones."""
+    term_cumulative, impact_cumulative = cumulative
+    lengths = np.minimum(rng.choice(statistics.terms_per_document, size=len(numbers)), len(terms))
+    draws = np.searchsorted(term_cumulative, rng.random(int(lengths.sum() * 2) + 64), side="right")
+    draws = np.minimum(draws, len(terms) - 1)
+    impacts = statistics.impact_values[np.minimum(np.searchsorted(impact_cumulative, rng.random(int(lengths.sum())),
+                                                                  side="right"), len(statistics.impact_values) - 1)]
+    lines, cursor, impact_cursor = [], 0, 0
+    for number, length in zip(numbers, lengths.tolist()):
+        chosen: dict[int, None] = {}
+        while len(chosen) < length:
+            if cursor == len(draws):
+                draws, cursor = np.searchsorted(term_cumulative, rng.random(4 * length + 64), side="right"), 0
+                draws = np.minimum(draws, len(terms) - 1)
+            chosen.setdefault(int(draws[cursor]))
+            cursor += 1
+        vector = dict(zip(terms[list(chosen)].tolist(), impacts[impact_cursor:impact_cursor + length].tolist()))
+        impact_cursor += length
+        lines.append(json.dumps({"id": f"d{number}", "contents": "", "vector": vector}, ensure_ascii=False) + "\n")
+    return lines
+
+
+@dataclass
+class StageFigures:
+    """One stage at one size: seconds, this process's peak RSS, bytes on disk and stage-specific figures."""
+
+    stage: str
+    documents: int
+    seconds: float
+    peak_rss_bytes: int
+    size_bytes: int | None = None
+    figures: dict[str, Any] | None = None
+
+
+def _peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+
+def _stage_child(connection, job: Callable[..., tuple[int | None, dict | None]], args: tuple) -> None:
+    began = time.perf_counter()
+    size, figures = job(*args)
+    connection.send(json.dumps({"seconds": time.perf_counter() - began, "peak_rss_bytes": _peak_rss_bytes(),
+                                "size_bytes": size, "figures": figures}))
+    connection.close()
+
+
+def run_stage(stage: str, documents: int, job: Callable[..., tuple[int | None, dict | None]], *args: Any) -> StageFigures:
+    """Run ``job(*args)`` in a fresh process (its peak memory alone) and collect its figures as JSON text."""
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=_stage_child, args=(sender, job, args))
+    process.start()
+    sender.close()
+    try:
+        reply = receiver.recv()
+    except EOFError:
+        reply = None
+    process.join()
+    if reply is None or process.exitcode != 0:
+        raise VtreproError(f"bench scale: stage {stage} at {documents} documents failed (exit {process.exitcode})")
+    return StageFigures(stage, documents, **json.loads(reply))
+
+
+def _write_job(statistics: CollectionStatistics, documents: int, folder: Path) -> tuple[int, None]:
+    return write_collection(statistics, documents, folder), None
+
+
+def _fingerprint_job(folder: Path) -> tuple[None, dict]:
+    from vtrepro.encode.fingerprint import fingerprint_folder
+
+    summary = fingerprint_folder(folder)
+    return None, {"sha256": summary.sha256, "total_terms": summary.total_impact}
+
+
+def _lucene_job(folder: Path, index: Path) -> tuple[int, dict]:
+    from vtrepro.index.lucene import build_impact_index
+
+    stats = build_impact_index(folder, index, threads=1)
+    return _folder_bytes(index), {"unique_terms": stats.get("unique_terms"), "total_terms": stats.get("total_terms")}
+
+
+def _pisa_job(folder: Path, index: Path) -> tuple[int, dict]:
+    from vtrepro.search.pisa import build_pisa_index
+
+    meta = build_pisa_index(folder, index)
+    return _folder_bytes(index), {"unique_terms": meta["unique_terms"], "total_terms": meta["total_terms"]}
+
+
+def _search_job(engine: str, index: Path, queries_path: Path, k: int, run_path: Path) -> tuple[None, dict]:
+    from vtrepro.search.lucene import search_impact
+    from vtrepro.search.pisa import search_pisa
+    from vtrepro.search.runs import SearchTiming, write_trec_run
+
+    search = search_impact if engine == "lucene" else search_pisa
+    queries = read_query_vectors(queries_path)
+    search(index, queries, k, 1)  # warm-up: JIT compilation, page cache
+    timing = SearchTiming()
+    run = search(index, queries, k, 1, timing=timing)
+    write_trec_run(run, run_path)
+    return None, timing.figures()
+
+
+def _evaluate_job(run_path: Path, documents: int) -> tuple[None, dict]:
+    from vtrepro.evaluate.trec import evaluate_run
+    from vtrepro.search.runs import read_trec_run
+
+    run = read_trec_run(run_path)
+    rng = np.random.default_rng(1)
+    qrels = {qid: {f"d{number}": 1 for number in rng.integers(0, documents, JUDGED_PER_QUERY).tolist()} for qid in run}
+    return None, evaluate_run(run, qrels)
+
+
+def measure_size(statistics: CollectionStatistics, documents: int, queries_path: Path, work: Path) -> list[StageFigures]:
+    """Every stage at one size, in ``work``; each search at ``k`` by PISA says whether its run is Lucene's."""
+    folder, figures = work / "vectors", []
+    figures.append(run_stage("write", documents, _write_job, statistics, documents, folder))
+    figures.append(run_stage("fingerprint", documents, _fingerprint_job, folder))
+    figures.append(run_stage("index lucene", documents, _lucene_job, folder, work / "lucene"))
+    figures.append(run_stage("index pisa", documents, _pisa_job, folder, work / "pisa"))
+    for k in KS:
+        runs = {engine: work / f"{engine}-{k}.trec" for engine in ENGINES}
+        for engine in ENGINES:
+            figures.append(run_stage(f"search {engine} k={k}", documents, _search_job, engine, work / engine,
+                                     queries_path, k, runs[engine]))
+        identical = runs["lucene"].read_bytes() == runs["pisa"].read_bytes()
+        figures[-1].figures = {**(figures[-1].figures or {}), "runs_identical": identical}
+    figures.append(run_stage("evaluate", documents, _evaluate_job, work / "lucene-1000.trec", documents))
+    figures[0].size_bytes = _folder_bytes(folder)
+    return figures
+
+
+def growth_exponents(figures: list[StageFigures]) -> dict[str, float]:
+    """Per stage, the slope of log seconds over log documents (least squares; stages measured at two sizes or more)."""
+    exponents = {}
+    for stage in dict.fromkeys(figure.stage for figure in figures):
+        points = [(figure.documents, figure.seconds) for figure in figures if figure.stage == stage]
+        if len({documents for documents, _ in points}) >= 2:
+            sizes, seconds = np.log([p[0] for p in points]), np.log([max(p[1], 1e-6) for p in points])
+            exponents[stage] = float(np.polyfit(sizes, seconds, 1)[0])
+    return exponents
+
+
+def print_table(figures: list[StageFigures], exponents: dict[str, float]) -> None:
+    print(f"{'stage':22} {'documents':>10} {'seconds':>9} {'peak RSS MB':>11} {'size MB':>9} {'queries/s':>10} "
+          f"{'p50 ms':>7} {'p99 ms':>7}")
+    for figure in figures:
+        extra = figure.figures or {}
+        size = f"{figure.size_bytes / 2**20:.0f}" if figure.size_bytes else "-"
+        search = [f"{extra[key]:.1f}" if extra.get(key) is not None else "-"
+                  for key in ("search_queries_per_s", "latency_p50_ms", "latency_p99_ms")]
+        print(f"{figure.stage:22} {figure.documents:>10} {figure.seconds:>9.1f} {figure.peak_rss_bytes / 2**20:>11.0f} "
+              f"{size:>9} {search[0]:>10} {search[1]:>7} {search[2]:>7}")
+    if exponents:
+        print("growth exponents (seconds ~ documents^e): " + ", ".join(f"{stage} {value:.2f}"
+                                                                       for stage, value in exponents.items()))
+
+
+def bench_scale(vectors_dir: Path, queries_path: Path, sizes: list[int], output: Path) -> int:
+    """Measure every size; write ``output``/scale.json and print the table. Exit 1 when runs differ."""
+    print(machine_line())
+    statistics = fit_statistics(vectors_dir)
+    print(statistics.describe())
+    print(f"queries: {len(read_query_vectors(queries_path))} from {queries_path}, one thread, k {', '.join(map(str, KS))}")
+    figures: list[StageFigures] = []
+    output.mkdir(parents=True, exist_ok=True)
+    for documents in sizes:
+        work = output / f"work-{documents}"
+        shutil.rmtree(work, ignore_errors=True)
+        try:
+            figures += measure_size(statistics, documents, queries_path, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    exponents = growth_exponents(figures)
+    print_table(figures, exponents)
+    differing = [f"{figure.documents} documents, {figure.stage}" for figure in figures
+                 if (figure.figures or {}).get("runs_identical") is False]
+    print(f"runs: DIFFER ({'; '.join(differing)})" if differing else
+          "runs: Lucene's and PISA's identical at every size and k (same documents, scores and order)")
+    with atomic_write(output / RESULTS_NAME) as handle:
+        json.dump({"machine": machine_line(), "statistics": statistics.describe(), "sizes": sizes,
+                   "stages": [asdict(figure) for figure in figures], "growth_exponents": exponents}, handle, indent=1)
+    return EXIT_MISMATCH if differing else EXIT_OK
