@@ -203,7 +203,7 @@ def _best_of(repeat: int, name: str, encode: Callable[[list[str]], T], texts: li
 
 def _sparse_rows(embeddings: torch.Tensor, special_ids: frozenset[int]) -> list[SparseVector]:
     """Rows of a sparse COO (docs, vocab) tensor as (ascending term ids, weights), special ids and zeros dropped."""
-    embeddings = embeddings.coalesce()
+    embeddings = embeddings.coalesce().cpu()  # sentence-transformers leaves them on the GPU
     rows, term_ids = embeddings.indices().numpy()
     weights = embeddings.values().numpy().astype(np.float32)
     boundaries = np.searchsorted(rows, np.arange(1, embeddings.shape[0]))
