@@ -33,6 +33,7 @@ from vtrepro.vocabulary.presets import PRESET_NAMES
 # torch and the encoder (transformers) are imported where they are used, on purpose: `--help` and
 # argument errors stay fast.
 if TYPE_CHECKING:
+    import torch
     from torch import Tensor
     from transformers import PreTrainedModel
 
@@ -56,7 +57,8 @@ ROW_CHUNK = 256
 FLOAT16_PATTERNS = 1 << 16
 AUTHORS_SAMPLING = {"group_docs": 64, "per_group": 20_000, "max_samples": 1_000_000, "seed": 42}
 """The released probe's sampling (probe_activation_percentiles.py at 887dd22, its defaults): per batch of
-64 documents, 20,000 max-pooled logits drawn with replacement, at most 1,000,000 in all, seed 42."""
+64 documents (one forward pass), 20,000 max-pooled logits drawn with replacement, at most 1,000,000 in
+all, seed 42."""
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,10 @@ class CalibrationOptions(Options):
     ``cut_percent``/``target_terms``; neither is a cut of :data:`DEFAULT_CUT_PERCENT`)."""
 
     preset: str = option(Field(str, "vtrepro", PRESET_NAMES,
-                               help="authors: the released probe (document text without title, every vocabulary id, "
-                                    "sampled percentile); vtrepro: exact quantile over non-special terms"))
+                               help="authors: the released probe as run_vt.sh calls it, its --include_zeros mode "
+                                    "(document text without title, every vocabulary id with zeros and negatives, "
+                                    "its seeded draws and float32 percentile); vtrepro: exact quantile over "
+                                    "non-special terms"))
     dataset: str | None = option(Field(str, None, nullable=True))
     corpus: str | None = option(Field(str, None, nullable=True))
     docs: int = option(Field(int, DEFAULT_DOCS, minimum=1, maximum=MAX_DOCS,
@@ -85,7 +89,8 @@ class CalibrationOptions(Options):
                                    help=f"documents encoded at most, up to {MAX_SAMPLE:,} (a seeded sample; float16 "
                                         "logits, 10,000 x 30k ~ 0.6 GB)"))
     batch_size: int = option(Field(int, 32, minimum=1, maximum=MAX_BATCH_SIZE,
-                                   help=f"texts per forward pass, 1 to {MAX_BATCH_SIZE}"))
+                                   help=f"texts per forward pass, 1 to {MAX_BATCH_SIZE} (preset authors: "
+                                        f"{AUTHORS_SAMPLING['group_docs']}, the probe's batch)"))
     seed: int = option(Field(int, 0, minimum=0, help="seed of the document sample"))
 
     def conflict(self) -> tuple[str | None, str] | None:
@@ -207,19 +212,43 @@ def activity(logits: Tensor, threshold: float, query_logits: Tensor | None = Non
     }
 
 
+def probe_generator(device: torch.device, seed: int) -> torch.Generator:
+    """The generator the released probe's draws come from, in the state of its first draw.
+
+    The probe seeds torch's global generators and draws with ``torch.randint`` on the logits' device.
+    On CPU, creating its DataLoader iterator first draws one int64 (the workers' base seed) from the
+    global generator, so that draw is made here too; on CUDA its draws come from the CUDA generator,
+    which that int64 does not touch. Other devices: the probe runs on CPU there.
+    """
+    import torch
+
+    if device.type == "cuda":
+        return torch.Generator(device=device).manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    torch.empty((), dtype=torch.int64).random_(generator=generator)
+    return generator
+
+
 def sampled_percentile(encoder: SpladeEncoder, texts: Sequence[str], cut_percent: float, group_docs: int,
-                        per_group: int, max_samples: int, seed: int) -> tuple[float, Tensor]:
+                       per_group: int, max_samples: int, seed: int) -> tuple[float, Tensor]:
     """The released probe's estimate of the ``cut_percent`` percentile, and the float16 max-pooled logits
     over the non-special vocabulary of the documents it read (for the before/after report).
 
-    Per group of ``group_docs`` documents in corpus order, ``per_group`` values are drawn with
-    replacement from all their max-pooled logits (every vocabulary id, special tokens, zeros and
-    negatives included), until ``max_samples`` are kept; the percentile interpolates linearly.
+    Per group of ``group_docs`` documents in corpus order (one forward pass, padded to its longest
+    document, as the probe's DataLoader batches), ``per_group`` values are drawn with replacement from
+    all their max-pooled logits (every vocabulary id, special tokens, zeros and negatives included;
+    the probe's ``--include_zeros``) by the generator of :func:`probe_generator`, until ``max_samples``
+    are kept; the percentile is numpy's (linear interpolation) over the float32 values, as the probe
+    takes it.
     """
     import numpy as np
     import torch
 
-    generator = torch.Generator().manual_seed(seed)
+    if min(encoder.options.batch_size, encoder.options.sort_window) < group_docs:
+        raise VtreproError(f"the authors preset encodes {group_docs} documents per forward pass, as the probe does; "
+                           f"this encoder batches {encoder.options.batch_size} (sort window "
+                           f"{encoder.options.sort_window}): give batch size and sort window of at least {group_docs}")
+    generator = probe_generator(encoder.device, seed)
     columns = term_ids(encoder)
     samples: list[Tensor] = []
     read: list[Tensor] = []
@@ -230,13 +259,19 @@ def sampled_percentile(encoder: SpladeEncoder, texts: Sequence[str], cut_percent
         while kept < max_samples and start < len(texts):
             logits = encoder.max_logits(list(texts[start:start + group_docs]))
             values = logits.flatten()
-            drawn = values[torch.randint(0, values.numel(), (min(per_group, values.numel()),), generator=generator)]
-            samples.append(drawn[:max_samples - kept])
+            drawn = torch.randint(0, values.numel(), (min(per_group, values.numel()),), generator=generator,
+                                  device=generator.device)
+            samples.append(values[drawn.cpu()][:max_samples - kept])
             read.append(logits[:, columns].to(torch.float16))
             kept += len(samples[-1])
             start += group_docs
             progress.update(len(logits))
-    return float(np.percentile(torch.cat(samples).double().numpy(), cut_percent)), torch.cat(read)
+    return float(np.percentile(torch.cat(samples).numpy(), cut_percent)), torch.cat(read)
+
+
+def encoding_batch(options: CalibrationOptions) -> int:
+    """Texts per forward pass: the options' batch size, or the probe's batch with the authors preset."""
+    return int(AUTHORS_SAMPLING["group_docs"]) if options.released_probe else options.batch_size
 
 
 def calibrate_bias(
@@ -261,7 +296,7 @@ def calibrate_bias(
     cut_percent, target_terms = options.cut, options.target_terms
     started = time.perf_counter()
     encoder = encoder_or_model if isinstance(encoder_or_model, SpladeEncoder) else SpladeEncoder(
-        encoder_or_model, EncoderOptions(max_length_doc=options.max_length))
+        encoder_or_model, EncoderOptions(max_length_doc=options.max_length, batch_size=encoding_batch(options)))
     terms = len(term_ids(encoder))
     if target_terms is not None and target_terms > terms:
         raise VtreproError(f"--target-terms {target_terms:g} is more than the {terms} terms of the model's vocabulary "
@@ -318,7 +353,7 @@ def run_calibration(
     to ``out``; ``queries`` (a JSONL file) adds query-side FLOPS to the report."""
     from vtrepro.model.splade import SpladeEncoder
 
-    max_length, batch_size = options.max_length, options.batch_size
+    max_length, batch_size = options.max_length, encoding_batch(options)
     check_text_lengths({"max length": max_length}, text_length_limit(model, model_dir), model)
     check_out(out)
     source = options.corpus if options.corpus is not None else str(options.dataset)
