@@ -1,0 +1,126 @@
+"""Pyserini's own LuceneImpactSearcher on vtrepro's indexes through vtrepro.search.pyserini: started on
+vtrepro's JVM without an OpenAI key, fed vtrepro's exact query vectors, it returns vtrepro's run."""
+import json
+import os
+
+import pytest
+
+from vtrepro.core.errors import VtreproError
+from vtrepro.encode.reader import read_query_vectors
+from vtrepro.encode.vectors import escape_term
+from vtrepro.index.lucene import build_impact_index
+from vtrepro.search.lucene import search_impact
+from vtrepro.search.pyserini import (
+    OPENAI_KEY_VARIABLE,
+    EncodedQueries,
+    QueryVectors,
+    _placeholder_openai_key,
+    hits_to_run,
+    impact_searcher,
+)
+from vtrepro.search.runs import read_trec_run
+
+K = 1000  # the regression's k
+
+
+def _write_queries(path, queries):
+    path.write_text("".join(json.dumps({"id": qid, "contents": text, "vector": vector}) + "\n"
+                            for qid, (text, vector) in queries.items()))
+    return path
+
+
+def test_the_placeholder_key_lives_only_during_the_import_and_never_replaces_the_users(monkeypatch):
+    monkeypatch.delenv(OPENAI_KEY_VARIABLE, raising=False)
+    with _placeholder_openai_key():
+        assert os.environ[OPENAI_KEY_VARIABLE]
+    assert OPENAI_KEY_VARIABLE not in os.environ
+    monkeypatch.setenv(OPENAI_KEY_VARIABLE, "the-users-key")
+    with _placeholder_openai_key():
+        assert os.environ[OPENAI_KEY_VARIABLE] == "the-users-key"
+    assert os.environ[OPENAI_KEY_VARIABLE] == "the-users-key"
+
+
+@pytest.mark.slow  # starts the JVM and imports Pyserini (about 15 s alone)
+def test_pyserini_searches_escaped_terms_terms_every_document_holds_and_long_queries(tmp_path, monkeypatch):
+    """A term in every document has idf 0, which Pyserini's default min_idf drops; '%'-escaped terms match;
+    a query of more terms than Lucene's 1024 clauses is searched."""
+    monkeypatch.delenv(OPENAI_KEY_VARIABLE, raising=False)
+    vectors = tmp_path / "vectors"
+    vectors.mkdir()
+    york, percent = escape_term("new york"), escape_term("100%")
+    many = {f"t{number}": 1 for number in range(1100)}
+    docs = {"d1": {"shared": 3, york: 7}, "d2": {"shared": 5, "texas": 2}, "d3": {"shared": 1, percent: 4},
+            "d4": {"shared": 1, **many}}
+    (vectors / "part-00000.jsonl").write_text(
+        "".join(json.dumps({"id": doc_id, "contents": "", "vector": vector}) + "\n" for doc_id, vector in docs.items()))
+    build_impact_index(vectors, tmp_path / "index")
+    queries = {"q1": ("shared", {"shared": 2}), "q2": ("new york", {york: 3, "shared": 1}),
+               "q3": ("100% texas", {percent: 2, "texas": 1}), "q4": ("many", many)}
+    encoder = EncodedQueries(_write_queries(tmp_path / "queries.jsonl", queries))
+    searcher = impact_searcher(tmp_path / "index", encoder)
+    try:
+        hits = searcher.batch_search([text for text, _ in queries.values()], list(queries), k=5)
+    finally:
+        searcher.close()
+    assert OPENAI_KEY_VARIABLE not in os.environ
+    assert hits_to_run(hits, 4) == {"q1": {"d2": 10.0, "d1": 6.0, "d3": 2.0, "d4": 2.0},
+                                    "q2": {"d1": 24.0, "d2": 5.0, "d3": 1.0, "d4": 1.0},
+                                    "q3": {"d3": 8.0, "d2": 2.0}, "q4": {"d4": 1100.0}}
+    assert hits_to_run(hits, 4) == search_impact(tmp_path / "index", {qid: vector for qid, (_, vector) in
+                                                                      queries.items()}, k=4)
+
+
+def test_encoded_queries_look_up_by_text_or_id_and_refuse_what_they_do_not_hold(tmp_path):
+    path = _write_queries(tmp_path / "queries.jsonl", {"q1": ("paris ", {"paris": 2}), "q2": ("texas", {"texas": 1})})
+    assert EncodedQueries(path).encode(" paris") == {"paris": 2}
+    assert EncodedQueries(path, by="id").encode("q2") == {"texas": 1}
+    with pytest.raises(VtreproError, match="no query with text 'rome'"):
+        EncodedQueries(path).encode("rome")
+    clash = _write_queries(tmp_path / "clash.jsonl", {"q1": ("paris", {"paris": 2}), "q2": ("paris", {"paris": 3})})
+    with pytest.raises(VtreproError, match="repeats another query's text"):
+        EncodedQueries(clash)
+    assert EncodedQueries(clash, by="id").encode("q2") == {"paris": 3}
+    with pytest.raises(VtreproError, match="by must be"):
+        EncodedQueries(path, by="qid")
+
+
+def _assert_pyserini_gives_the_run(folder, encoder, texts, qids):
+    """Pyserini's hits as it returns them (its order, Anserini's scores) are the run file's top 1000, and so
+    is the cut vtrepro makes of them."""
+    searcher = impact_searcher(folder / "index", encoder)
+    try:
+        hits = searcher.batch_search(texts, qids, k=K + 1, threads=2)  # + 1: the query's own id is removed
+    finally:
+        searcher.close()
+    expected = read_trec_run(folder / "run.trec")
+    assert set(hits) == set(expected) == set(qids)
+    for qid in qids:
+        kept = [hit for hit in hits[qid] if hit.docid != qid][:K]
+        assert [hit.docid for hit in kept] == list(expected[qid]), qid  # same documents, same ranks
+        assert [round(hit.score) for hit in kept] == list(expected[qid].values()), qid  # same scores
+        assert all(abs(hit.score - round(hit.score)) < 1e-3 for hit in kept)  # Anserini's tie-break nudge only
+    assert hits_to_run(hits, K) == expected
+
+
+@pytest.mark.slow
+def test_pyserini_reproduces_the_regression_run_from_its_queries_jsonl(splade_tiny_run):
+    folder = splade_tiny_run[1] / "splade-tiny" / "scifact"
+    encoder = EncodedQueries(folder / "queries.jsonl")
+    _assert_pyserini_gives_the_run(folder, encoder, list(encoder.texts.values()), list(encoder.texts))
+
+
+@pytest.mark.slow
+def test_pyserini_reproduces_the_regression_run_encoding_the_query_texts(splade_tiny_run, splade_tiny):
+    from vtrepro.model.options import EncoderOptions
+
+    folder = splade_tiny_run[1] / "splade-tiny" / "scifact"
+    recorded = read_query_vectors(folder / "queries.jsonl")
+    texts = EncodedQueries(folder / "queries.jsonl").texts
+    # the spec's encoder options (regressions/beir_splade_tiny.yaml); x100 half-even is the default quantization
+    encoder = QueryVectors.from_model(splade_tiny, EncoderOptions(max_length_doc=512, max_length_query=64,
+                                                                  batch_size=32))
+    encoder.prepare(list(texts.values()))
+    assert {qid: encoder.encode(text) for qid, text in texts.items()} == recorded
+    first = next(iter(texts))
+    assert QueryVectors(encoder.encoder).encode(texts[first]) == recorded[first]  # one query alone, unprepared
+    _assert_pyserini_gives_the_run(folder, encoder, list(texts.values()), list(texts))
