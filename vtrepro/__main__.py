@@ -19,7 +19,7 @@ index        index.lucene          build a Lucene impact index with Anserini
 search       search.command        batch impact search into a TREC run
 evaluate     evaluate.trec         score a run with pytrec_eval; compare two runs
 regress      regress.runner        run a regression spec and check every figure
-export       regress.export        bundle a spec's encoded vectors with their fingerprints
+export       regress.export        export vectors, prebuilt Lucene indexes (Anserini, Pyserini) or models
 report       report.command        compare results with each other and with published tables
 mlm          training.mlm          masked-language-model adaptation
 train        training.train        train a SPLADE model from a recipe

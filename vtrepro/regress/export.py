@@ -1,40 +1,167 @@
-"""Bundle a regression's encoded vectors for exact reproduction elsewhere.
+"""Export a regression's results in forms others use: vector bundles, prebuilt Lucene indexes, models.
 
-``python -m vtrepro export --spec regressions/beir_splade_tiny.yaml --output splade_tiny.tar`` packs
-the encoded corpora and query vectors that ``regress`` left in ``runs/<spec>/``, their fingerprints,
-the spec and the environment into one ``.tar`` and writes its sha256 beside it. On any machine,
-``python -m vtrepro.regress --spec ... --vectors splade_tiny.tar`` then reproduces every figure exactly.
+``python -m vtrepro export vectors --spec S --output bundle.tar`` (or plain ``export --spec S ...``)
+packs the encoded corpora and query vectors that ``regress`` left in ``runs/<spec>/``, their
+fingerprints, the spec and the environment into one ``.tar`` with its sha256 beside it;
+``regress --spec S --vectors bundle.tar`` then reproduces every figure exactly, anywhere.
+
+``python -m vtrepro export index --spec S --output DIR`` writes, per impact run, a prebuilt Lucene
+index ``DIR/lucene-impact.<spec>.<condition>.<dataset>.tar.gz`` (:mod:`vtrepro.index.prebuilt`: the
+index as Anserini wrote it, the queries as Anserini pretokenized impact topics, the qrels and a README
+with the commands that search it), its ``.sha256`` and ``.md5``, and ``DIR/prebuilt.json`` describing
+them in Pyserini's prebuilt-index metadata shape. ``search --index X.tar.gz`` and
+``regress --vectors X.tar.gz`` (or the folder) take them back.
+
+``python -m vtrepro export model --model M --output DIR`` writes a sentence-transformers model folder
+(:mod:`vtrepro.regress.model_export`).
 """
 from __future__ import annotations
 
+import argparse
+import importlib
+import json
+import re
 from pathlib import Path
+from typing import Any
 
-from vtrepro.core.cli import cli_entry, command_parser
-from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import check_output
+from vtrepro.core.cli import add_data_dir, cli_entry, command_parser
+from vtrepro.core.errors import EXIT_OK, VtreproError
+from vtrepro.core.io import check_output, write_json
+from vtrepro.core.java import start_jvm
+from vtrepro.data.beir import load_dataset
+from vtrepro.encode.folder import EncodedFolder
+from vtrepro.encode.reader import read_query_vectors
+from vtrepro.index.lucene import index_stats, lucene_version
+from vtrepro.index.prebuilt import METADATA_NAME, PrebuiltRun, tarball_name, write_prebuilt
 from vtrepro.regress.bundle import checksum_path, write_bundle
+from vtrepro.regress.readme import prebuilt_readme
 from vtrepro.regress.report import environment
 from vtrepro.regress.runner import selected_runs
-from vtrepro.regress.spec import load_spec
+from vtrepro.regress.spec import Condition, DatasetRun, Spec, load_spec
+
+SUBCOMMANDS = {
+    "vectors": "bundle a spec's encoded vectors with their fingerprints (the default)",
+    "index": "prebuilt Lucene impact indexes (.tar.gz) with topics, qrels and a README, per run",
+    "model": "a sentence-transformers SparseEncoder folder with a model card",
+}
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+ESCAPING = ("terms holding whitespace, control characters or '%' are percent-escaped as the %XX of their UTF-8 "
+            "bytes (so '%' is '%25'); every other term is the tokenizer's own")
+
+
+def usage() -> str:
+    width = max(map(len, SUBCOMMANDS))
+    lines = ["usage: python -m vtrepro export [vectors|index|model] [options]", "", "subcommands:"]
+    lines += [f"  {name.ljust(width)}  {summary}" for name, summary in SUBCOMMANDS.items()]
+    lines += ["", "plain 'export --spec S --output bundle.tar' means 'export vectors';",
+              "python -m vtrepro export <subcommand> --help shows its options."]
+    return "\n".join(lines)
 
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    parser = command_parser("export", __doc__)
+    argv = list(argv or [])
+    if argv and argv[0] in ("-h", "--help"):
+        print(usage())
+        return EXIT_OK
+    command = argv.pop(0) if argv and argv[0] in SUBCOMMANDS else "vectors"
+    if command == "model":
+        model_export = importlib.import_module("vtrepro.regress.model_export")
+        parser = command_parser("export model", SUBCOMMANDS["model"])
+        model_export.add_arguments(parser)
+        return int(model_export.run(parser.parse_args(argv)))
+    parser = command_parser(f"export {command}", __doc__ if command == "vectors" else SUBCOMMANDS["index"])
     parser.add_argument("--spec", required=True, help="spec file, or a name in regressions/")
     parser.add_argument("--runs", type=Path, default=Path("runs"), help="the --output folder regress used (default runs/)")
     parser.add_argument("--datasets", help="comma-separated subset of the spec's datasets")
-    parser.add_argument("--output", required=True, type=Path, help="bundle file to write (.tar); <output>.sha256 beside it")
-    args = parser.parse_args(argv)
+    if command == "vectors":
+        parser.add_argument("--output", required=True, type=Path, help="bundle file to write (.tar); <output>.sha256 beside it")
+        return export_vectors(parser.parse_args(argv))
+    add_data_dir(parser)
+    parser.add_argument("--output", required=True, type=Path,
+                        help=f"folder for the .tar.gz files, their .sha256 and .md5, and {METADATA_NAME}")
+    return export_index(parser.parse_args(argv))
 
+
+def _impact_runs(spec: Spec, datasets: str | None, run_root: Path, command: str) -> list[tuple[Condition, DatasetRun]]:
+    if not run_root.is_dir():
+        raise VtreproError(f"{run_root}: no runs of {spec.name}; run 'python -m vtrepro regress --spec {command}' first")
+    return [(condition, dataset) for condition, dataset in selected_runs(spec, datasets) if condition.retrieval == "impact"]
+
+
+def export_vectors(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     run_root = args.runs / spec.name
     for output in (args.output, checksum_path(args.output)):
         check_output(output, [spec.path, run_root])
-    if not run_root.is_dir():
-        raise VtreproError(f"{run_root}: no runs of {spec.name}; run 'python -m vtrepro.regress --spec {args.spec}' first")
-    runs = [(condition.name, dataset.name) for condition, dataset in selected_runs(spec, args.datasets)
-            if condition.retrieval == "impact"]
+    runs = [(condition.name, dataset.name) for condition, dataset in _impact_runs(spec, args.datasets, run_root, args.spec)]
     digest = write_bundle(run_root, runs, args.output, spec.path, environment())
     print(f"{len(runs)} run(s) -> {args.output} (sha256 {digest})")
-    return 0
+    return EXIT_OK
+
+
+def _encoder(condition: Condition, manifest: dict[str, Any] | None) -> dict[str, Any]:
+    """The encoder as a reader can find it again: its Hub id and revision where known, else its path and hash."""
+    settings = (manifest or {}).get("settings", {})
+    model = str((manifest or {}).get("model") or condition.model or f"recipe {condition.train}")
+    named = condition.model if condition.model and HUB_ID.fullmatch(condition.model) and not condition.stages else None
+    return {"model": model, "hub_id": settings.get("hub_id") or named, "revision": settings.get("revision"),
+            "model_sha256": settings.get("model_sha256"), "vocabulary_sha256": settings.get("vocabulary_sha256"),
+            "max_length_doc": condition.encoder.max_length_doc, "max_length_query": condition.encoder.max_length_query,
+            "query_encoder": condition.query_encoder}
+
+
+def prebuilt_run(spec: Spec, condition: Condition, dataset: DatasetRun, run_dir: Path, data_dir: str | None) -> PrebuiltRun:
+    """One regress run folder as a :class:`PrebuiltRun`: its index, queries, qrels and what made them."""
+    folder = EncodedFolder(run_dir)
+    queries_file = folder.queries if folder.queries.is_file() else (dataset.encoded.queries if dataset.encoded else None)
+    if queries_file is None or not queries_file.is_file() or not (run_dir / "index").is_dir():
+        raise VtreproError(f"{run_dir}: no index/ and queries.jsonl; run 'python -m vtrepro regress --spec {spec.path}' "
+                           f"for {condition.name}/{dataset.name} first")
+    manifest = folder.load_manifest()
+    quantization = (manifest or {}).get("settings", {}).get("quantization") or condition.quantization.to_dict()
+    header = {"spec": spec.name, "condition": condition.name, "dataset": dataset.name, "split": dataset.split,
+              "k": spec.k, "remove_query_id": True, "encoder": _encoder(condition, manifest),
+              "quantization": quantization, "escaping": ESCAPING,
+              "corpus_fingerprint": (manifest or {}).get("fingerprint"), "anserini_lucene": lucene_version()}
+    qrels = load_dataset(dataset.name, data_dir, download=False).qrels(dataset.split)
+    return PrebuiltRun(tarball_name(spec.name, condition.name, dataset.name), run_dir / "index",
+                       read_query_vectors(queries_file), qrels, header)
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """An earlier export's ``prebuilt.json``, kept and added to (another --datasets subset into the same folder)."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        value = None
+    if not isinstance(value, dict):
+        raise VtreproError(f"{path}: not a {METADATA_NAME} 'export index' wrote; remove it or choose another --output")
+    return value
+
+
+def export_index(args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec)
+    run_root = args.runs / spec.name
+    check_output(args.output, [spec.path, run_root], kind="folder")
+    selected = _impact_runs(spec, args.datasets, run_root, args.spec)
+    if not selected:
+        raise VtreproError(f"{spec.path}: no impact runs selected (BM25 runs are not exported as impact indexes)")
+    start_jvm()
+    metadata_path = args.output / METADATA_NAME
+    metadata: dict[str, Any] = read_json_object(metadata_path) if metadata_path.is_file() else {}
+    for condition, dataset in selected:
+        run = prebuilt_run(spec, condition, dataset, run_root / condition.name / dataset.name, args.data_dir)
+        stats = index_stats(run.index)
+        manifest = EncodedFolder(run.index.parent).load_manifest()
+        if manifest and {key: stats[key] for key in ("documents", "total_terms")} != \
+                {key: manifest[key] for key in ("documents", "total_terms")}:
+            raise VtreproError(f"{run.index}: holds {stats['documents']} documents and {stats['total_terms']} impacts but "
+                               f"its manifest {manifest['documents']} and {manifest['total_terms']}: the index is stale; "
+                               f"rerun 'python -m vtrepro regress --spec {spec.path}'")
+        metadata[run.name] = write_prebuilt(run, args.output, stats, prebuilt_readme(run, stats))
+        print(f"{condition.name}/{dataset.name} -> {args.output / metadata[run.name]['filename']} "
+              f"(sha256 {metadata[run.name]['sha256']})")
+    write_json(metadata_path, metadata)
+    print(f"{len(selected)} prebuilt index(es) -> {args.output} ({METADATA_NAME})")
+    return EXIT_OK

@@ -1,13 +1,24 @@
-"""Vectors from elsewhere for ``regress --vectors``/``--reference-vectors``: bundles and run folders, checked."""
+"""Vectors from elsewhere for ``regress --vectors``/``--reference-vectors``: bundles, run folders and prebuilt
+indexes, checked.
+
+A prebuilt index (``export index``: one ``.tar.gz``, or the folder of them with its ``prebuilt.json``) holds
+no vector files: once its checksums and files are verified, each document's vector is read back from the
+index's postings (:mod:`vtrepro.index.postings`) and each query's from the topics (a term's count is its
+weight, checked against the recorded query fingerprint). The run then goes on as from a bundle: the vectors'
+fingerprints are compared with the spec's pins, so a faithful index makes every figure exact.
+"""
 from __future__ import annotations
 
 import functools
 from pathlib import Path
 
 from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import write_jsonl
 from vtrepro.encode.fingerprint import VectorDiff, VectorSetSummary, compare_vectors, fingerprint_folder
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import load_vectors, read_query_vectors, vector_files
+from vtrepro.index.postings import write_index_vectors
+from vtrepro.index.prebuilt import METADATA_NAME, SUFFIX, is_prebuilt, open_prebuilt, read_topics
 from vtrepro.regress.bundle import BUNDLE_MANIFEST, open_bundle, read_bundle_manifest, verify_runs
 from vtrepro.regress.spec import Condition, DatasetRun, EncodedVectors
 
@@ -20,8 +31,41 @@ def vector_differences(reference: EncodedVectors, used: EncodedVectors) -> dict[
     }
 
 
+PREBUILT_VECTORS = "from-prebuilt"
+"""Under the bundle cache: the vectors read back from prebuilt indexes, laid out ``<condition>/<dataset>/``."""
+
+
+def _prebuilt_vectors(tarball: Path, cache: Path) -> tuple[str, str]:
+    """The vectors of one prebuilt index under ``cache/from-prebuilt/<condition>/<dataset>/`` (read back once per
+    tarball: a stamp names its sha256); returns its (condition, dataset)."""
+    opened = open_prebuilt(tarball, cache / "prebuilt")
+    header = opened.header
+    folder = EncodedFolder(cache / PREBUILT_VECTORS / str(header.get("condition")) / str(header.get("dataset")))
+    stamp = folder.root / "prebuilt.stamp"
+    if not stamp.is_file() or stamp.read_text() != opened.root.parent.name:
+        queries = read_topics(opened.topics, header.get("queries_fingerprint"))
+        folder.vectors.mkdir(parents=True, exist_ok=True)
+        write_index_vectors(opened.index, folder.vectors / "part-00000.jsonl")
+        write_jsonl(folder.queries, ({"id": qid, "vector": vector} for qid, vector in queries.items()))
+        stamp.write_text(opened.root.parent.name)
+    return str(header.get("condition")), str(header.get("dataset"))
+
+
+def _prebuilt_root(path: Path, cache: Path) -> Path:
+    """A folder of runs read back from one prebuilt index or an 'export index' folder of them."""
+    tarballs = [path] if path.is_file() else sorted(path.glob(f"*{SUFFIX}"))
+    if not tarballs:
+        raise VtreproError(f"{path}: {METADATA_NAME} but no {SUFFIX} prebuilt indexes beside it")
+    for tarball in tarballs:
+        _prebuilt_vectors(tarball, cache)
+    return cache / PREBUILT_VECTORS
+
+
 def _vector_root(path: Path, cache: Path) -> Path:
-    """A folder of runs laid out ``<condition>/<dataset>/``: a bundle is checked and extracted first."""
+    """A folder of runs laid out ``<condition>/<dataset>/``: a bundle is checked and extracted first, a
+    prebuilt index checked, extracted and its vectors read back."""
+    if (path.is_file() and is_prebuilt(path)) or (path.is_dir() and (path / METADATA_NAME).is_file()):
+        return _prebuilt_root(path, cache)
     if path.is_file():
         return open_bundle(path, cache)[0]
     if not path.is_dir():

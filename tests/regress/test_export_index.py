@@ -1,0 +1,132 @@
+"""``export index``: a prebuilt Lucene index that Anserini's own SearchCollection, in a JVM of its own with
+no vtrepro code, searches into vtrepro's run; ``search --index`` takes the tarball back; ``export``'s
+subcommands."""
+import hashlib
+import json
+import shutil
+import subprocess
+import tarfile
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from vtrepro.core.cli import cli_entry
+from vtrepro.core.java import find_java_home
+from vtrepro.index.prebuilt import checksum_paths
+from vtrepro.regress.export import main as export_main
+from vtrepro.regress.readme import anserini_command
+from vtrepro.regress.spec import REGRESSIONS_DIR
+from vtrepro.search.command import main as search_main
+
+export = cli_entry(export_main)
+search = cli_entry(search_main)
+NAME = "lucene-impact.beir_splade_tiny.splade-tiny.scifact"
+
+
+def anserini_jar() -> Path:
+    import pyserini
+
+    return next((Path(pyserini.__file__).parent / "resources" / "jars").glob("anserini-*-fatjar.jar"))
+
+
+def hits_by_query(path: Path) -> dict[str, list[tuple[str, str, str]]]:
+    """A TREC run as qid -> [(docid, rank, score)] in file order (engines write queries in their own order)."""
+    run = defaultdict(list)
+    for line in path.read_text().splitlines():
+        qid, _, docid, rank, score, _ = line.split()
+        run[qid].append((docid, rank, score))
+    return dict(run)
+
+
+@pytest.fixture(scope="module")
+def exported(splade_tiny_run, data_dir, tmp_path_factory):
+    """``export index`` of the session's beir_splade_tiny run, scifact only."""
+    _, run_root, code = splade_tiny_run
+    assert code == 0
+    output = tmp_path_factory.mktemp("prebuilt")
+    assert export(["index", "--spec", str(REGRESSIONS_DIR / "beir_splade_tiny.yaml"), "--runs", str(run_root.parent),
+                   "--datasets", "scifact", "--data-dir", str(data_dir), "--output", str(output)]) == 0
+    return run_root / "splade-tiny" / "scifact", output
+
+
+@pytest.mark.slow
+def test_anserini_searchcollection_reproduces_the_run_from_the_extracted_tarball(exported, tmp_path):
+    run_dir, output = exported
+    tarball = output / f"{NAME}.tar.gz"
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    assert checksum_paths(tarball)["sha256"].read_text() == f"{digest}  {tarball.name}\n"
+    if shutil.which("sha256sum"):
+        subprocess.run(["sha256sum", "--check", "--status", checksum_paths(tarball)["sha256"].name], cwd=output, check=True)
+    with tarfile.open(tarball) as archive:
+        archive.extractall(tmp_path, filter="data")
+    header = json.loads((tmp_path / NAME / "vtrepro.json").read_text())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert (header["statistics"]["documents"], header["statistics"]["total_terms"]) == (manifest["documents"],
+                                                                                       manifest["total_terms"])
+    info = json.loads((output / "prebuilt.json").read_text())[NAME]
+    assert (info["md5"], info["sha256"], info["documents"]) == (hashlib.md5(tarball.read_bytes()).hexdigest(), digest,
+                                                                 manifest["documents"])
+    # The README's own command, with plain java (no vtrepro, no jnius): Anserini's SearchCollection.
+    command = anserini_command(NAME, header["k"], header["remove_query_id"], "anserini.trec")
+    command[0], command[2] = str(find_java_home() / "bin" / "java"), str(anserini_jar())
+    subprocess.run(command, cwd=tmp_path, check=True, capture_output=True, timeout=300)
+    theirs, ours = hits_by_query(tmp_path / "anserini.trec"), hits_by_query(run_dir / "run.trec")
+    assert sum(map(len, ours.values())) == 300_000
+    assert theirs == ours  # same documents, ranks and scores (ties by docid, no tie adjustment on scifact)
+
+
+@pytest.mark.slow
+def test_search_takes_the_tarball_and_its_topics(exported, tmp_path):
+    run_dir, output = exported
+    queries = [line for line in (run_dir / "queries.jsonl").read_text().splitlines()][:20]
+    subset = tmp_path / "queries.jsonl"
+    subset.write_text("\n".join(queries) + "\n")
+    tarball = output / f"{NAME}.tar.gz"
+    assert search(["--index", str(tarball), "--queries", str(subset), "--output", str(tmp_path / "run.trec")]) == 0
+    ours = hits_by_query(run_dir / "run.trec")
+    assert hits_by_query(tmp_path / "run.trec") == {json.loads(line)["id"]: ours[json.loads(line)["id"]]
+                                                    for line in queries}
+    assert not list(tmp_path.glob(".run.trec.prebuilt-*"))  # the extracted copy is removed
+    checksum_paths(tarball)["md5"].write_text("0" * 32 + f"  {tarball.name}\n")
+    try:
+        assert search(["--index", str(tarball), "--output", str(tmp_path / "other.trec")]) == 2
+    finally:
+        checksum_paths(tarball)["md5"].write_text(f"{hashlib.md5(tarball.read_bytes()).hexdigest()}  {tarball.name}\n")
+
+
+def test_export_lists_its_subcommands_and_plain_export_still_means_vectors(capsys, tmp_path):
+    assert export(["--help"]) == 0
+    listed = capsys.readouterr().out
+    assert all(f"\n  {name}" in listed for name in ("vectors", "index", "model"))
+    assert export(["--spec", "beir_splade_tiny", "--runs", str(tmp_path), "--output", str(tmp_path / "b.tar")]) == 2
+    assert "no runs of beir_splade_tiny" in capsys.readouterr().err
+    assert export(["index", "--spec", "beir_splade_tiny", "--runs", str(tmp_path), "--output", str(tmp_path / "o")]) == 2
+    assert "no runs of beir_splade_tiny" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_regress_takes_a_prebuilt_index_in_place_of_encoding_and_every_figure_is_exact(splade_tiny, tmp_path):
+    """Three documents: record a spec, export its index, rerun regress from the tarball and from the folder:
+    vectors read back from the postings and topics have the pinned fingerprints, so every row is fixed and OK."""
+    from conftest import write_mini_beir
+    from vtrepro.regress.runner import main as regress_main
+
+    regress = cli_entry(regress_main)
+    data = write_mini_beir(tmp_path / "data")
+    spec = tmp_path / "mini_spec.yaml"
+    spec.write_text(f"conditions:\n  tiny:\n    model: {splade_tiny}\n"
+                    "    encoder: {max_length_doc: 64, max_length_query: 16, batch_size: 2}\n"
+                    "    datasets:\n      mini:\n")
+    runs = tmp_path / "runs"
+    assert regress(["--spec", str(spec), "--data-dir", str(data), "--output", str(runs), "--record"]) == 0
+    out = tmp_path / "prebuilt"
+    assert export(["index", "--spec", str(spec), "--runs", str(runs), "--data-dir", str(data), "--output", str(out)]) == 0
+    tarball = out / "lucene-impact.mini_spec.tiny.mini.tar.gz"
+    for source, name in ((tarball, "again"), (out, "folder")):
+        assert regress(["--spec", str(spec), "--data-dir", str(data), "--output", str(tmp_path / name),
+                        "--vectors", str(source), "--strict"]) == 0
+        rows = json.loads((tmp_path / name / "mini_spec" / "results.json").read_text())["rows"]
+        judged = [row for row in rows if row["kind"] != "efficiency"]
+        assert {row["tier"] for row in judged} == {"fixed"} and {row["status"] for row in judged} == {"OK"}
+        assert any(row["metric"] == "vectors.corpus" for row in judged)

@@ -1,0 +1,407 @@
+"""Prebuilt Lucene impact indexes: one run's index, topics and qrels as a checksummed ``.tar.gz``.
+
+A prebuilt index holds one folder, ``<name>/``, with:
+
+- ``index/``: the Lucene impact index as Anserini wrote it (``-impact -pretokenized``);
+- ``topics.tsv``: the encoded queries in Anserini's pretokenized impact topic format (``qid<TAB>terms``,
+  each term repeated by its integer weight, separated by single spaces), which Anserini's
+  ``SearchCollection -topicReader TsvString -impact -pretokenized`` and Pyserini's
+  ``--impact --pretokenized`` turn back into the same weights (a term's count is its boost);
+- ``qrels.txt``: the relevance judgements in TREC format (``qid 0 docid relevance``);
+- ``README.md``: the encoder, quantization, escaping, statistics and the commands that search it;
+- ``vtrepro.json``: the same as data, with the sha256 of every other file.
+
+Beside it, ``<tar>.sha256`` and ``<tar>.md5`` (``sha256sum``/``md5sum`` format). The archive is
+deterministic (sorted members, no time or owner, gzip without name or time), so the same run gives the
+same bytes. An export folder's ``prebuilt.json`` describes every tarball in Pyserini's prebuilt-index
+metadata shape (:func:`pyserini_info`).
+
+A prebuilt index comes from elsewhere, so :func:`open_prebuilt` treats it as hostile input: the sidecar
+checksum (when present) is checked first; the archive is streamed once, each member's header checked
+before its bytes are written (plain files and folders only, one top folder, no path leaving it, no
+duplicate, declared sizes within :data:`MAX_EXTRACTED_BYTES` in all, at most :data:`MAX_MEMBERS`), into
+a staging folder renamed into place only when every file's sha256 equals ``vtrepro.json``'s record.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import IO, Any, Iterator, Mapping
+
+from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import atomic_write, sha256_file
+from vtrepro.encode.fingerprint import fingerprint_vectors
+from vtrepro.encode.reader import MAX_IMPACT
+
+PREBUILT_FORMAT = "vtrepro.prebuilt-index/1"
+SUFFIX = ".tar.gz"
+INDEX_DIRNAME = "index"
+TOPICS_NAME = "topics.tsv"
+QRELS_NAME = "qrels.txt"
+README_NAME = "README.md"
+HEADER_NAME = "vtrepro.json"
+METADATA_NAME = "prebuilt.json"
+"""In an export folder: every tarball's metadata in Pyserini's prebuilt-index shape."""
+MAX_MEMBERS = 10_000  # a Lucene index written with one thread holds a few dozen files
+MAX_EXTRACTED_BYTES = 256 << 30  # declared sizes in all: room for MS MARCO v2 impact indexes, not for a tar bomb
+MAX_JSON_BYTES = 16 << 20
+MAX_TOPIC_LINE_BYTES = 64 << 20
+MAX_QUERY_TOKENS = 10_000_000  # a topic line repeats each term by its weight; SPLADE queries hold ~10^4
+COPY_BLOCK = 1 << 20
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+ANSERINI_JAR = "anserini-1.7.1-fatjar.jar"
+"""The Anserini that Pyserini 1.6.0 ships (``pyserini/resources/jars/``), named in the README's commands."""
+
+
+@dataclass(frozen=True)
+class PrebuiltRun:
+    """What one exported run is: its ``name`` (the top folder and the tarball's stem), the run folder
+    regress left (``index/``, ``queries.jsonl``), its qrels, and ``header``: the spec, condition,
+    dataset, split, k, encoder, quantization and fingerprints recorded in ``vtrepro.json``."""
+
+    name: str
+    index: Path
+    queries: Mapping[str, Mapping[str, int]]
+    qrels: Mapping[str, Mapping[str, int]]
+    header: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class PrebuiltIndex:
+    """An opened prebuilt index: its extracted folder, the files in it and its ``vtrepro.json``."""
+
+    root: Path
+    header: dict[str, Any]
+
+    @property
+    def index(self) -> Path:
+        return self.root / INDEX_DIRNAME
+
+    @property
+    def topics(self) -> Path:
+        return self.root / TOPICS_NAME
+
+    @property
+    def qrels(self) -> Path:
+        return self.root / QRELS_NAME
+
+
+def tarball_name(spec: str, condition: str, dataset: str) -> str:
+    """``lucene-impact.<spec>.<condition>.<dataset>`` (a cqadupstack forest's ``/`` becomes ``-``)."""
+    name = ".".join(("lucene-impact", spec, condition, dataset.replace("/", "-")))
+    if not NAME_PATTERN.fullmatch(name):
+        raise VtreproError(f"{name!r}: not a usable prebuilt-index name (letters, digits, '.', '_', '-'; at most 200); "
+                           "rename the spec, condition or dataset")
+    return name
+
+
+def checksum_paths(tarball: Path) -> dict[str, Path]:
+    return {kind: tarball.with_name(tarball.name + f".{kind}") for kind in ("sha256", "md5")}
+
+
+# --- writing ---------------------------------------------------------------------------------------------
+
+
+def topic_line(qid: str, vector: Mapping[str, int]) -> str:
+    """One Anserini pretokenized impact topic: ``qid<TAB>`` then each term repeated by its weight (terms sorted)."""
+    if "\t" in qid or "\n" in qid or "\r" in qid:
+        raise VtreproError(f"query id {qid!r} holds a tab or line break, which a topics TSV cannot hold")
+    tokens = sum(vector.values())
+    if tokens > MAX_QUERY_TOKENS:
+        raise VtreproError(f"query '{qid}' weighs {tokens} in all, more than the {MAX_QUERY_TOKENS:,} repeated terms a "
+                           "topic line may hold; export queries quantized at a smaller scale")
+    return qid + "\t" + " ".join(term for term, weight in sorted(vector.items()) for _ in range(weight)) + "\n"
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
+
+
+def _stage(run: PrebuiltRun, staging: Path, stats: Mapping[str, int], readme: str) -> dict[str, Any]:
+    """Write the generated files into ``staging``; return ``vtrepro.json``'s content."""
+    with open(staging / TOPICS_NAME, "w", encoding="utf-8", newline="\n") as handle:
+        for qid, vector in run.queries.items():
+            handle.write(topic_line(qid, vector))
+    with open(staging / QRELS_NAME, "w", encoding="utf-8", newline="\n") as handle:
+        for qid, judged in run.qrels.items():
+            for docid, relevance in judged.items():
+                handle.write(f"{qid} 0 {docid} {relevance}\n")
+    _write_text(staging / README_NAME, readme)
+    files = {f"{INDEX_DIRNAME}/{path.name}": sha256_file(path) for path in sorted(run.index.iterdir())}
+    files.update({name: sha256_file(staging / name) for name in (TOPICS_NAME, QRELS_NAME, README_NAME)})
+    queries = fingerprint_vectors({qid: dict(vector) for qid, vector in run.queries.items()})
+    return {"format": PREBUILT_FORMAT, "name": run.name, **run.header, "statistics": dict(stats),
+            "queries_fingerprint": queries.sha256, "files": dict(sorted(files.items()))}
+
+
+def _add(archive: tarfile.TarFile, name: str, path: Path | None) -> None:
+    """Add ``path`` (None: a folder) as ``name``, without time or owner."""
+    info = tarfile.TarInfo(name)
+    info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+    if path is None:
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+        archive.addfile(info)
+        return
+    with open(path, "rb") as content:
+        info.size, info.mode = os.fstat(content.fileno()).st_size, 0o644
+        archive.addfile(info, content)
+
+
+def write_prebuilt(run: PrebuiltRun, output_dir: Path, stats: Mapping[str, int], readme: str) -> dict[str, Any]:
+    """Write ``output_dir/<name>.tar.gz`` with its ``.sha256`` and ``.md5``; return its Pyserini-shaped metadata."""
+    if not run.index.is_dir() or not any(run.index.glob("segments_*")):
+        raise VtreproError(f"{run.index}: no Lucene index; run 'python -m vtrepro regress' for this run first")
+    tarball = output_dir / f"{run.name}{SUFFIX}"
+    output_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{run.name}.", dir=output_dir))
+    try:
+        header = _stage(run, staging, stats, readme)
+        _write_text(staging / HEADER_NAME, json.dumps(header, indent=2, ensure_ascii=False) + "\n")
+        generated = [TOPICS_NAME, QRELS_NAME, README_NAME, HEADER_NAME]
+        members: list[tuple[str, Path | None]] = [(run.name, None), (f"{run.name}/{INDEX_DIRNAME}", None)]
+        members += [(f"{run.name}/{INDEX_DIRNAME}/{path.name}", path) for path in sorted(run.index.iterdir())]
+        members += [(f"{run.name}/{name}", staging / name) for name in generated]
+        with atomic_write(tarball, "wb") as handle, \
+                gzip.GzipFile(filename="", mode="wb", fileobj=handle, mtime=0) as compressed, \
+                tarfile.open(fileobj=compressed, mode="w", format=tarfile.GNU_FORMAT) as archive:
+            for name, path in sorted(members):
+                _add(archive, name, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    digests = {kind: _digest(tarball, kind) for kind in ("sha256", "md5")}
+    for kind, path in checksum_paths(tarball).items():
+        with atomic_write(path) as sidecar:
+            sidecar.write(f"{digests[kind]}  {tarball.name}\n")
+    return pyserini_info(header, tarball, digests)
+
+
+def _digest(path: Path, kind: str) -> str:
+    digest = hashlib.new(kind)
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(COPY_BLOCK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def pyserini_info(header: Mapping[str, Any], tarball: Path, digests: Mapping[str, str]) -> dict[str, Any]:
+    """The tarball's entry in Pyserini's prebuilt-index metadata shape (``pyserini/prebuilt_index_info.py``:
+    description, filename, readme, urls, md5, size compressed, total terms, documents, unique terms, texts),
+    with vtrepro's sha256, spec, condition and dataset added."""
+    stats = header["statistics"]
+    encoder = header.get("encoder", {})
+    return {
+        "description": f"Lucene impact index of {header['dataset']} ({header['split']} queries) encoded by "
+                       f"{encoder.get('hub_id') or encoder.get('model')} (vtrepro {header['spec']}/{header['condition']})",
+        "filename": tarball.name,
+        "readme": f"{header['name']}/{README_NAME}",
+        "urls": [tarball.name],
+        "md5": digests["md5"],
+        "sha256": digests["sha256"],
+        "size compressed (bytes)": tarball.stat().st_size,
+        "total_terms": stats["total_terms"],
+        "documents": stats["documents"],
+        "unique_terms": stats["unique_terms"],
+        "texts": None,
+        "vtrepro": {key: header[key] for key in ("spec", "condition", "dataset", "split")},
+    }
+
+
+# --- opening ---------------------------------------------------------------------------------------------
+
+
+def _check_sidecars(tarball: Path) -> str:
+    """The tarball's sha256, once it equals the ``.sha256`` (and md5 the ``.md5``) written beside it, when present."""
+    digest = ""
+    for kind, sidecar in checksum_paths(tarball).items():
+        if not sidecar.is_file():
+            continue
+        actual = _digest(tarball, kind)
+        digest = actual if kind == "sha256" else digest
+        with open(sidecar, "rb") as handle:
+            recorded = handle.read(4096).decode("utf-8", errors="replace").split()[:1]
+        if recorded != [actual]:
+            raise VtreproError(f"{tarball}: {kind} {actual[:12]}... does not match {sidecar} "
+                               f"({(recorded or ['nothing'])[0][:12]}...); the file is damaged or truncated: fetch it again")
+    return digest or _digest(tarball, "sha256")
+
+
+def _member_problem(member: tarfile.TarInfo, top: str | None) -> str | None:
+    """What makes one member unfit for a prebuilt index, or None."""
+    path = PurePosixPath(member.name)
+    if not (member.isfile() or member.isdir()):
+        return "is not a plain file or folder (a link, device or FIFO)"
+    if member.issparse():
+        return "is a sparse file ('export index' never writes one)"
+    if path.is_absolute() or ".." in path.parts or not path.parts or member.name.startswith("/"):
+        return "has a path that leaves the archive"
+    if not NAME_PATTERN.fullmatch(path.parts[0]) or (top is not None and path.parts[0] != top) or \
+            (len(path.parts) == 1 and not member.isdir()):
+        return "lies outside the archive's one top folder"
+    if len(path.parts) > 3 or (len(path.parts) == 3 and path.parts[1] != INDEX_DIRNAME):
+        return "is not a file of a prebuilt index (the index's files, topics, qrels, README and header)"
+    if path.name == HEADER_NAME and member.size > MAX_JSON_BYTES:
+        return f"declares {member.size} bytes; the header is read whole and may hold at most {MAX_JSON_BYTES}"
+    return None
+
+
+def _stream(archive: tarfile.TarFile, member: tarfile.TarInfo, path: Path, tarball: Path) -> None:
+    source = archive.extractfile(member)
+    assert source is not None  # a checked regular member
+    written = 0
+    with source, open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "wb") as handle:
+        for block in iter(lambda: source.read(COPY_BLOCK), b""):
+            written += len(block)
+            handle.write(block)
+    if written != member.size:
+        raise VtreproError(f"{tarball}: member {member.name!r} holds {written} bytes but declares {member.size}; "
+                           "the tarball is damaged or truncated: fetch it again")
+
+
+def _place(archive: tarfile.TarFile, member: tarfile.TarInfo, path: Path, tarball: Path) -> None:
+    if member.isdir():
+        path.mkdir(parents=True, exist_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _stream(archive, member, path, tarball)
+
+
+def _extract(tarball: Path, staging: Path, max_bytes: int) -> Path:
+    """Stream every member into ``staging``, each header checked before its bytes; return the top folder."""
+    top: str | None = None
+    names: set[str] = set()
+    total = 0
+    with tarfile.open(tarball, mode="r|gz") as archive:
+        for member in archive:
+            problem = _member_problem(member, top)
+            total += member.size
+            if problem is None and member.name.rstrip("/") in names:
+                problem = "appears twice"
+            if problem is None and len(names) >= MAX_MEMBERS:
+                problem = f"is one more than the {MAX_MEMBERS} members a prebuilt index may hold"
+            if problem is None and total > max_bytes:
+                problem = f"brings the declared sizes to {total} bytes, more than the {max_bytes} allowed"
+            if problem is not None:
+                raise VtreproError(f"{tarball}: member {member.name!r} {problem}; not a prebuilt index from "
+                                   "'python -m vtrepro export index' (nothing was kept): fetch it again or re-export it")
+            parts = PurePosixPath(member.name).parts
+            top = parts[0]
+            names.add(member.name.rstrip("/"))
+            try:
+                _place(archive, member, staging.joinpath(*parts), tarball)
+            except (FileExistsError, NotADirectoryError):
+                raise VtreproError(f"{tarball}: member {member.name!r} collides with a file or folder of the same "
+                                   "name; not a prebuilt index 'export index' wrote: fetch it again") from None
+    if top is None:
+        raise VtreproError(f"{tarball}: an empty archive, not a prebuilt index; fetch it again or re-export it")
+    return staging / top
+
+
+def read_header(root: Path, tarball: Path) -> dict[str, Any]:
+    """``vtrepro.json`` of an extracted prebuilt index, checked for its format and file list."""
+    path = root / HEADER_NAME
+    try:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise VtreproError(f"{tarball}: {HEADER_NAME} holds more than {MAX_JSON_BYTES} bytes; re-export it")
+        header = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        raise VtreproError(f"{tarball}: no readable {HEADER_NAME}; not a prebuilt index from 'python -m vtrepro "
+                           "export index'") from None
+    if not isinstance(header, dict) or header.get("format") != PREBUILT_FORMAT or not isinstance(header.get("files"), dict):
+        raise VtreproError(f"{tarball}: {HEADER_NAME} is not a {PREBUILT_FORMAT} header; re-export it")
+    return header
+
+
+def _verify_files(root: Path, header: Mapping[str, Any], tarball: Path) -> None:
+    """Every file but the header is listed in it with its sha256, and nothing listed is missing."""
+    found = {path.relative_to(root).as_posix() for path in root.rglob("*") if path.is_file()} - {HEADER_NAME}
+    listed = set(header["files"])
+    if found != listed:
+        extra, missing = sorted(found - listed), sorted(listed - found)
+        raise VtreproError(f"{tarball}: holds {extra[:3] or 'nothing more'} beyond {HEADER_NAME}'s list and lacks "
+                           f"{missing[:3] or 'nothing'}; the tarball was altered: fetch it again or re-export it")
+    for name in sorted(listed):
+        digest = sha256_file(root / name)
+        if digest != header["files"][name]:
+            raise VtreproError(f"{tarball}: {name} has sha256 {digest[:12]}... but {HEADER_NAME} records "
+                               f"{str(header['files'][name])[:12]}...; the tarball was altered: fetch it again")
+
+
+def open_prebuilt(tarball: Path, cache_root: Path, max_bytes: int = MAX_EXTRACTED_BYTES) -> PrebuiltIndex:
+    """Check a prebuilt index's checksums, extract it once under ``cache_root/<sha256[:16]>/`` and verify
+    every file against its header; the queries' fingerprint is checked against the topics when they are read."""
+    if not tarball.is_file():
+        raise VtreproError(f"{tarball}: no such prebuilt index; give a {SUFFIX} from 'python -m vtrepro export index'")
+    digest = _check_sidecars(tarball)
+    target = cache_root / digest[:16]
+    tops = [path for path in target.iterdir() if path.is_dir()] if target.is_dir() else []
+    if len(tops) == 1 and (tops[0] / HEADER_NAME).is_file():
+        return PrebuiltIndex(tops[0], read_header(tops[0], tarball))
+    shutil.rmtree(target, ignore_errors=True)
+    cache_root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=cache_root))
+    try:
+        try:
+            top = _extract(tarball, staging, max_bytes)
+        except (tarfile.TarError, EOFError, gzip.BadGzipFile, zlib.error) as error:
+            raise VtreproError(f"{tarball}: not a readable .tar.gz ({error}); it is damaged or truncated: fetch it "
+                               "again or re-export it") from None
+        header = read_header(top, tarball)
+        _verify_files(top, header, tarball)
+        os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return PrebuiltIndex(target / top.name, header)
+
+
+def read_topics(path: Path, expected_fingerprint: str | None = None) -> dict[str, dict[str, int]]:
+    """Query vectors from a pretokenized impact topics TSV (a term's count is its weight), checked against
+    ``expected_fingerprint`` (the header's queries fingerprint) when given."""
+    queries: dict[str, dict[str, int]] = {}
+    for line_number, line in _topic_lines(path):
+        qid, tab, text = line.rstrip("\n").partition("\t")
+        if not tab or not qid:
+            raise VtreproError(f"{path}:{line_number}: expected 'qid<TAB>terms'; not an Anserini impact topics TSV")
+        if qid in queries:
+            raise VtreproError(f"{path}:{line_number}: query '{qid}' appears twice; keep one line")
+        vector: dict[str, int] = {}
+        for term in text.split(" "):
+            if term:
+                vector[term] = vector.get(term, 0) + 1
+        if any(weight > MAX_IMPACT for weight in vector.values()):
+            raise VtreproError(f"{path}:{line_number}: a term repeats more than {MAX_IMPACT} times")
+        queries[qid] = vector
+    if expected_fingerprint is not None and fingerprint_vectors(queries).sha256 != expected_fingerprint:
+        raise VtreproError(f"{path}: the topics' query vectors have fingerprint "
+                           f"{fingerprint_vectors(queries).sha256[:12]}... but {HEADER_NAME} records "
+                           f"{expected_fingerprint[:12]}...; the prebuilt index was altered: fetch it again")
+    return queries
+
+
+def _topic_lines(path: Path) -> Iterator[tuple[int, str]]:
+    with open(path, "rb") as handle:
+        yield from _bounded_lines(handle, path)
+
+
+def _bounded_lines(handle: IO[bytes], path: Path) -> Iterator[tuple[int, str]]:
+    for line_number, raw in enumerate(iter(lambda: handle.readline(MAX_TOPIC_LINE_BYTES + 1), b""), start=1):
+        if len(raw) > MAX_TOPIC_LINE_BYTES:
+            raise VtreproError(f"{path}:{line_number}: a line longer than {MAX_TOPIC_LINE_BYTES} bytes; not topics "
+                               "'export index' wrote")
+        try:
+            yield line_number, raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise VtreproError(f"{path}:{line_number}: not UTF-8 text; not topics 'export index' wrote") from None
+
+
+def is_prebuilt(path: Path) -> bool:
+    """Whether ``path`` names a prebuilt-index tarball (by its name: the opener checks its content)."""
+    return path.name.endswith(SUFFIX) or path.name.endswith(".tgz")
