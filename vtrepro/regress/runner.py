@@ -190,7 +190,9 @@ def main(argv: list[str] | None = None) -> int:
                              "there are GPUs); the vectors are those of one process")
     parser.add_argument("--vectors", type=Path,
                         help="use these encoded vectors instead of encoding: a bundle from 'python -m vtrepro export', "
-                             "a folder laid out <condition>/<dataset>/, or one encoded corpus folder for one run")
+                             "a folder laid out <condition>/<dataset>/, one encoded corpus folder for one run, or a "
+                             "prebuilt index .tar.gz (or the folder of them) from 'export index' (vectors read back "
+                             "from its postings and topics)")
     parser.add_argument("--reference-vectors", type=Path,
                         help="a bundle or folder like --vectors to count the documents whose vectors differ")
     parser.add_argument("--strict", action="store_true", help="OKISH (within tolerance, not exact) counts as FAIL")
