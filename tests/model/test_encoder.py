@@ -26,7 +26,8 @@ TEXTS = [
 @pytest.fixture(scope="module")
 def encoder(splade_tiny: Path) -> SpladeEncoder:
     return SpladeEncoder(
-        splade_tiny, EncoderOptions(max_length_doc=MAX_LENGTH_DOC, max_length_query=MAX_LENGTH_QUERY, batch_size=4)
+        splade_tiny, EncoderOptions(max_length_doc=MAX_LENGTH_DOC, max_length_query=MAX_LENGTH_QUERY, batch_size=4,
+                                    projection="dense")  # compared with dense references, bit for bit
     )
 
 
