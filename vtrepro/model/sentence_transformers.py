@@ -23,15 +23,12 @@ quantized (:class:`vtrepro.encode.vectors.Quantization`), with terms escaped; th
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
-from vtrepro.core.checkpoints import apply_umask, check_out
+from vtrepro.core.checkpoints import check_out, staged_folder
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, write_json
 from vtrepro.core.log import quiet_transformers
@@ -108,9 +105,7 @@ def write_sparse_encoder(model: str | Path, output: str | Path, options: Encoder
         vocabulary_size=decoder.out_features, options=options, inference_free=query_side is not None,
         special_ids=tuple(sorted(set(tokenizer.all_special_ids) | set(range(len(tokenizer), decoder.out_features)))),
         reports=_reports(model, model_dir))
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
-    try:
+    with staged_folder(output) as staging:
         transformer = staging / exported.model_folder
         _write_transformer(transformer, network, tokenizer, exported)
         if query_side is None:
@@ -127,13 +122,6 @@ def write_sparse_encoder(model: str | Path, output: str | Path, options: Encoder
         if card is not None:
             with atomic_write(staging / "README.md") as handle:
                 handle.write(card(exported))
-        apply_umask(staging)
-        if output.exists():
-            output.rmdir()
-        os.rename(staging, output)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return exported
 
 
