@@ -198,6 +198,22 @@ def gpt2_bpe(tmp_path_factory) -> Path:
     return folder
 
 
+def record_mini_spec(root: Path, model: Path) -> tuple[Path, Path, Path]:
+    """A spec of splade-tiny on the mini collection (:func:`write_mini_beir`), recorded by ``regress --record``
+    into ``root``: ``(spec, data root, runs folder)``."""
+    from vtrepro.core.cli import cli_entry
+    from vtrepro.regress.runner import main as regress_main
+
+    data = write_mini_beir(root / "data")
+    spec = root / "mini_spec.yaml"
+    spec.write_text(f"conditions:\n  tiny:\n    model: {model}\n"
+                    "    encoder: {max_length_doc: 64, max_length_query: 16, batch_size: 2}\n"
+                    "    datasets:\n      mini:\n")
+    runs = root / "runs"
+    assert cli_entry(regress_main)(["--spec", str(spec), "--data-dir", str(data), "--output", str(runs), "--record"]) == 0
+    return spec, data, runs
+
+
 @pytest.fixture
 def mini_beir(tmp_path: Path) -> Path:
     """A data root holding beir/mini (see ``write_mini_beir``)."""

@@ -109,17 +109,11 @@ def test_export_lists_its_subcommands_and_plain_export_still_means_vectors(capsy
 def test_regress_takes_a_prebuilt_index_in_place_of_encoding_and_every_figure_is_exact(splade_tiny, tmp_path):
     """Three documents: record a spec, export its index, rerun regress from the tarball and from the folder:
     vectors read back from the postings and topics have the pinned fingerprints, so every row is fixed and OK."""
-    from conftest import write_mini_beir
+    from conftest import record_mini_spec
     from vtrepro.regress.runner import main as regress_main
 
     regress = cli_entry(regress_main)
-    data = write_mini_beir(tmp_path / "data")
-    spec = tmp_path / "mini_spec.yaml"
-    spec.write_text(f"conditions:\n  tiny:\n    model: {splade_tiny}\n"
-                    "    encoder: {max_length_doc: 64, max_length_query: 16, batch_size: 2}\n"
-                    "    datasets:\n      mini:\n")
-    runs = tmp_path / "runs"
-    assert regress(["--spec", str(spec), "--data-dir", str(data), "--output", str(runs), "--record"]) == 0
+    spec, data, runs = record_mini_spec(tmp_path, splade_tiny)
     out = tmp_path / "prebuilt"
     assert export(["index", "--spec", str(spec), "--runs", str(runs), "--data-dir", str(data), "--output", str(out)]) == 0
     tarball = out / "lucene-impact.mini_spec.tiny.mini.tar.gz"

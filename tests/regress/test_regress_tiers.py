@@ -10,7 +10,7 @@ import tarfile
 import pytest
 from ruamel.yaml import YAML
 
-from conftest import write_mini_beir
+from conftest import record_mini_spec
 from vtrepro.core.cli import cli_entry
 from vtrepro.regress.bundle import checksum_path
 from vtrepro.regress.export import main as export_main
@@ -23,15 +23,7 @@ export = cli_entry(export_main)
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory, splade_tiny):
     """A spec recorded by ``regress --record`` on the mini collection, its data root and its runs folder."""
-    root = tmp_path_factory.mktemp("tiers")
-    data = write_mini_beir(root / "data")
-    spec = root / "mini_spec.yaml"
-    spec.write_text(f"conditions:\n  tiny:\n    model: {splade_tiny}\n"
-                    "    encoder: {max_length_doc: 64, max_length_query: 16, batch_size: 2}\n"
-                    "    datasets:\n      mini:\n")
-    runs = root / "runs"
-    assert regress(["--spec", str(spec), "--data-dir", str(data), "--output", str(runs), "--record"]) == 0
-    return spec, data, runs
+    return record_mini_spec(tmp_path_factory.mktemp("tiers"), splade_tiny)
 
 
 def test_recording_pins_the_judged_rows_and_leaves_the_measured_ones_measured(recorded):
