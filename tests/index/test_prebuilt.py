@@ -160,3 +160,16 @@ def test_names_are_checked():
     assert tarball_name("beir", "splade", "cqadupstack/android") == "lucene-impact.beir.splade.cqadupstack-android"
     with pytest.raises(VtreproError, match="not a usable"):
         tarball_name("a b", "c", "d")
+
+
+def test_a_header_naming_a_path_as_its_condition_writes_nothing_outside_the_cache(tmp_path):
+    """regress --vectors names folders after the header's condition and dataset: a path there is refused."""
+    from vtrepro.regress.sources import _prebuilt_vectors
+
+    outside = tmp_path / "outside"
+    run = make_run(tmp_path)
+    run.header["condition"] = str(outside)
+    info = write_prebuilt(run, tmp_path / "out", STATS, "# readme\n")
+    with pytest.raises(VtreproError, match="not a plain name"):
+        _prebuilt_vectors(tmp_path / "out" / info["filename"], tmp_path / "cache")
+    assert not outside.exists()

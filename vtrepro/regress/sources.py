@@ -18,7 +18,15 @@ from vtrepro.encode.fingerprint import VectorDiff, VectorSetSummary, compare_vec
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import load_vectors, read_query_vectors, vector_files
 from vtrepro.index.postings import write_index_vectors
-from vtrepro.index.prebuilt import METADATA_NAME, SUFFIX, is_prebuilt, open_prebuilt, read_topics
+from vtrepro.index.prebuilt import (
+    HEADER_NAME,
+    METADATA_NAME,
+    NAME_PATTERN,
+    SUFFIX,
+    is_prebuilt,
+    open_prebuilt,
+    read_topics,
+)
 from vtrepro.regress.bundle import BUNDLE_MANIFEST, open_bundle, read_bundle_manifest, verify_runs
 from vtrepro.regress.spec import Condition, DatasetRun, EncodedVectors
 
@@ -40,7 +48,11 @@ def _prebuilt_vectors(tarball: Path, cache: Path) -> tuple[str, str]:
     tarball: a stamp names its sha256); returns its (condition, dataset)."""
     opened = open_prebuilt(tarball, cache / "prebuilt")
     header = opened.header
-    folder = EncodedFolder(cache / PREBUILT_VECTORS / str(header.get("condition")) / str(header.get("dataset")))
+    for key in ("condition", "dataset"):  # they name folders under the cache: a plain name, never a path
+        if not isinstance(header.get(key), str) or not NAME_PATTERN.fullmatch(header[key]):
+            raise VtreproError(f"{tarball}: its {HEADER_NAME} names {key} {str(header.get(key))[:80]!r}, not a plain "
+                               "name (letters, digits, '.', '_', '-'); the tarball is not one 'export index' wrote")
+    folder = EncodedFolder(cache / PREBUILT_VECTORS / header["condition"] / header["dataset"])
     stamp = folder.root / "prebuilt.stamp"
     if not stamp.is_file() or stamp.read_text() != opened.root.parent.name:
         queries = read_topics(opened.topics, header.get("queries_fingerprint"))
