@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from vtrepro.data.beir import HUB_DATASETS
 from vtrepro.regress.spec import Condition, DatasetRun, Spec
-from vtrepro.training.plan import DEFAULT_GPU_TFLOPS, _architecture, _flops, flops_per_token
+from vtrepro.training.plan import DEFAULT_GPU_TFLOPS, flops_per_token, format_flops, model_architecture
 from vtrepro.training.recipe import load_recipe
 
 BEIR_CORPUS_DOCUMENTS: dict[str, int] = {
@@ -44,7 +44,7 @@ the model" table; see regressions/published/opensearch_neural_sparse*.yaml)."""
 def forward_flops_per_token(model: str, model_dir: str | None) -> float | None:
     """Forward-pass FLOPs per token of ``model`` (a folder, a Hub id known offline, or a released model with
     stated parameters), or None when its size is not known here."""
-    config = _architecture(model, model_dir)
+    config = model_architecture(model, model_dir)
     if config is not None:
         return flops_per_token(config)[0] / 3
     if model in RELEASED_PARAMETERS:
@@ -82,12 +82,12 @@ def encoding_cost(spec: Spec, selected: list[tuple[Condition, DatasetRun]], mode
         total += flop
         missing = f"; not counted: {', '.join(unknown)} (corpus size not known)" if unknown else ""
         lines.append(f"  {condition.name}: {documents:,} documents x <= {length} tokens x "
-                     f"{per_token / 1e9:.2f} GFLOP/token = {_flops(flop)}, {_hours(flop, gpu_tflops)}{missing}")
+                     f"{per_token / 1e9:.2f} GFLOP/token = {format_flops(flop)}, {_hours(flop, gpu_tflops)}{missing}")
     if not lines:
         return []
     head = (f"encoding cost (upper bound: every document at max_length_doc, attention not counted; "
             f"{gpu_tflops:g} TFLOP/s sustained, an assumption as in train --dry-run; training not included):")
-    return [head, *lines, f"  total ~{_flops(total)}, {_hours(total, gpu_tflops)}"]
+    return [head, *lines, f"  total ~{format_flops(total)}, {_hours(total, gpu_tflops)}"]
 
 
 def _hours(flop: float, gpu_tflops: float) -> str:

@@ -13,11 +13,9 @@ and OpenSearch; every value it quotes is escaped for markdown.
 from __future__ import annotations
 
 import argparse
-import html
 import importlib.metadata as metadata
 import json
 import math
-import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +24,7 @@ from typing import Any
 from vtrepro.core.cli import add_model, add_model_dir, add_output_folder, add_trust_remote_code, number_in
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output
+from vtrepro.core.markdown import fenced, md
 from vtrepro.core.schema import MAX_TEXT_TOKENS
 from vtrepro.encode.vectors import Quantization
 from vtrepro.model.idf import IDF_NAME
@@ -35,7 +34,6 @@ from vtrepro.model.sentence_transformers import ExportedModel, write_sparse_enco
 from vtrepro.regress.spec import Condition, Spec, load_spec
 from vtrepro.report.results import RESULTS_NAME, load_results
 
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
 MAX_REPORT_ENTRIES = 12
 """The most values of one vtrepro report the card quotes (its scalars, in file order)."""
 
@@ -150,19 +148,6 @@ def _observed(folder: Path | None, condition: Condition | None) -> dict[tuple[st
     rows = load_results(folder).rows
     rows = rows[(rows["condition"] == condition.name) & (rows["kind"] == "score")]
     return {(row.dataset, row.metric): row.observed for row in rows.itertuples()}
-
-
-def md(value: Any) -> str:
-    """``value`` as inline markdown text: one line, HTML and markdown syntax escaped."""
-    text = html.escape(" ".join(str(value).split()), quote=False)
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
-
-
-def fenced(code: str, language: str = "") -> str:
-    """``code`` in a fence longer than any backtick run inside it."""
-    longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}{language}\n{code.rstrip()}\n{fence}\n"
 
 
 def model_card(exported: ExportedModel, facts: CardFacts) -> str:

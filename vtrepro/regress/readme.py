@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from vtrepro.core.markdown import md
 from vtrepro.index.prebuilt import ANSERINI_JAR, INDEX_DIRNAME, QRELS_NAME, TOPICS_NAME, PrebuiltRun
 
 
@@ -23,14 +24,14 @@ def pyserini_command(name: str, k: int, remove_query_id: bool, output: str = "ru
 
 def _encoder_lines(encoder: Mapping[str, Any]) -> list[str]:
     if encoder.get("hub_id"):
-        where = f"Hugging Face Hub `{encoder['hub_id']}`" + (f" at revision `{encoder['revision']}`"
+        where = f"Hugging Face Hub {md(encoder['hub_id'])}" + (f" at revision {md(encoder['revision'])}"
                                                              if encoder.get("revision") else " (revision not recorded)")
     else:
-        where = f"local model `{encoder['model']}` (no Hub id recorded)"
-    return [f"- Encoder: {where}; weights sha256 `{encoder.get('model_sha256')}`, vocabulary sha256 "
-            f"`{encoder.get('vocabulary_sha256')}`.",
-            f"- Lengths: documents {encoder.get('max_length_doc')} tokens, queries {encoder.get('max_length_query')}; "
-            f"query side: {encoder.get('query_encoder')}."]
+        where = f"local model {md(encoder['model'])} (no Hub id recorded)"
+    return [f"- Encoder: {where}; weights sha256 {md(encoder.get('model_sha256'))}, vocabulary sha256 "
+            f"{md(encoder.get('vocabulary_sha256'))}.",
+            f"- Lengths: documents {md(encoder.get('max_length_doc'))} tokens, queries {md(encoder.get('max_length_query'))}; "
+            f"query side: {md(encoder.get('query_encoder'))}."]
 
 
 def prebuilt_readme(run: PrebuiltRun, stats: Mapping[str, int]) -> str:
@@ -41,18 +42,18 @@ def prebuilt_readme(run: PrebuiltRun, stats: Mapping[str, int]) -> str:
     lines = [
         f"# {name}",
         "",
-        f"A Lucene impact index of BEIR `{header['dataset']}` ({header['split']} split: {len(run.queries)} queries), "
-        f"exported by vtrepro from regression spec `{header['spec']}`, condition `{header['condition']}`.",
+        f"A Lucene impact index of BEIR {md(header['dataset'])} ({md(header['split'])} split: {len(run.queries)} queries), "
+        f"exported by vtrepro from regression spec {md(header['spec'])}, condition {md(header['condition'])}.",
         "",
         "## How it was made",
         "",
         *_encoder_lines(header["encoder"]),
-        f"- Quantization: impact = round(weight x {quantization.get('scale')}), rounding {quantization.get('rounding')} "
+        f"- Quantization: impact = round(weight x {md(quantization.get('scale'))}), rounding {md(quantization.get('rounding'))} "
         "(zeros dropped), for documents and queries alike.",
-        f"- Escaping: {header['escaping']}. Queries must be escaped the same way, or such terms silently miss.",
+        f"- Escaping: {md(header['escaping'])}. Queries must be escaped the same way, or such terms silently miss.",
         f"- Indexed by Anserini `IndexCollection -collection JsonVectorCollection -impact -pretokenized` with one "
-        f"thread (Lucene {header['anserini_lucene']}), so the internal document order is the collection's.",
-        f"- Corpus vectors fingerprint `{header.get('corpus_fingerprint')}`; query vectors fingerprint recorded in "
+        f"thread (Lucene {md(header['anserini_lucene'])}), so the internal document order is the collection's.",
+        f"- Corpus vectors fingerprint {md(header.get('corpus_fingerprint'))}; query vectors fingerprint recorded in "
         "`vtrepro.json` (`python -m vtrepro fingerprint` computes both).",
         "",
         "## Contents",

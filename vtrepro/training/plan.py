@@ -35,7 +35,7 @@ KNOWN_ARCHITECTURES: dict[str, tuple[str, dict[str, int]]] = {
 with the published config.json's sizes."""
 
 
-def _architecture(name: str, model_dir) -> Any | None:
+def model_architecture(name: str, model_dir) -> Any | None:
     """The config of a local model, or transformers' default config for a known Hub architecture."""
     from transformers import AutoConfig
 
@@ -56,7 +56,7 @@ def check_recipe_lengths(recipe: Recipe, model_dir) -> None:
     takes: from the model's local files, else from its known architecture (:data:`KNOWN_ARCHITECTURES`);
     nothing is refused for a model known neither way (the schema's bound holds)."""
     limit = text_length_limit(recipe.model, model_dir)
-    config = _architecture(recipe.model, model_dir) if limit is None else None
+    config = model_architecture(recipe.model, model_dir) if limit is None else None
     if config is not None:
         limit = position_limit(config.to_dict())
     lengths = {f"training.{key}": recipe.training[key] for key in ("max_length_query", "max_length_doc")}
@@ -80,12 +80,12 @@ def flops_per_token(config: Any) -> tuple[float, int]:
 
 def estimate_cost(recipe: Recipe, model_dir, gpu_tflops: float) -> list[str]:
     """Lines estimating parameters, FLOPs and GPU hours of the MLM stage and SPLADE training."""
-    config = _architecture(recipe.model, model_dir)
+    config = model_architecture(recipe.model, model_dir)
     if config is None:
         return [f"cost: unknown (no local config for {recipe.model}; put it under --model-dir for an estimate)"]
     for stage in recipe.stages:
         if isinstance(stage.options, TransferOptions):
-            target = _architecture(stage.options.target_tokenizer, model_dir)
+            target = model_architecture(stage.options.target_tokenizer, model_dir)
             if target is None:
                 return [f"cost: unknown (vocabulary size of {stage.options.target_tokenizer} not known offline)"]
             config.vocab_size, config.pad_token_id = target.vocab_size, target.pad_token_id
@@ -98,27 +98,27 @@ def estimate_cost(recipe: Recipe, model_dir, gpu_tflops: float) -> list[str]:
         if isinstance(options, MlmOptions):
             flop = per_token * options.steps * options.batch_size * options.max_length
             lines.append(f"  mlm: {options.steps} steps x {options.batch_size} x {options.max_length} tokens "
-                         f"= {_flops(flop)}")
+                         f"= {format_flops(flop)}")
             total += flop
         elif isinstance(options, CalibrationOptions):
             flop = per_token / 3 * min(options.docs, options.max_sample) * options.max_length
-            lines.append(f"  calibrate: {min(options.docs, options.max_sample)} documents = {_flops(flop)}")
+            lines.append(f"  calibrate: {min(options.docs, options.max_sample)} documents = {format_flops(flop)}")
             total += flop
     training = recipe.training
     query_tokens = training["max_length_query"] if recipe.query_encoder == "splade" else 0
     tokens = training["batch_size"] * (query_tokens + recipe.group_size * training["max_length_doc"])
     flop = per_token * training["steps"] * tokens
     lines.append(f"  splade: {training['steps']} steps x {training['batch_size']} queries x "
-                 f"({query_tokens} + {recipe.group_size} x {training['max_length_doc']}) tokens = {_flops(flop)}")
+                 f"({query_tokens} + {recipe.group_size} x {training['max_length_doc']}) tokens = {format_flops(flop)}")
     total += flop
     hours = total / (gpu_tflops * 1e12) / 3600
     duration = f"{hours:.1f} GPU-hours" if hours >= 1 else f"{hours * 60:.1f} GPU-minutes"
-    lines.append(f"  total ~{_flops(total)} (upper bound: every text at its max length; attention not counted): ~{duration} "
-                 f"at {gpu_tflops:g} TFLOP/s sustained (an assumption; --gpu-tflops)")
+    lines.append(f"  total ~{format_flops(total)} (upper bound: every text at its max length; attention not counted): "
+                 f"~{duration} at {gpu_tflops:g} TFLOP/s sustained (an assumption; --gpu-tflops)")
     return lines
 
 
-def _flops(value: float) -> str:
+def format_flops(value: float) -> str:
     for unit, scale in (("EFLOP", 1e18), ("PFLOP", 1e15), ("TFLOP", 1e12)):
         if value >= scale:
             return f"{value / scale:.1f} {unit}"
