@@ -4,7 +4,8 @@ throughput, latency) and a check that they return identical runs.
 :func:`bench_search` builds (or keeps) both indexes of one vector folder, searches every query with
 each engine, warm first, then timed with one thread (latency per query) and with more (throughput), and
 checks that every run equals Lucene's one-thread run: same top ``k``, same scores, same order (ties by
-document id). Exit status 1 when any run differs.
+document id). Beside it, PISA's own time per query without Python (the limit of a Python caller): one call of
+the bindings for every query. Exit status 1 when any run differs.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import read_query_vectors, vector_files
 from vtrepro.index.lucene import build_impact_index, index_stats, is_lucene_index
 from vtrepro.search.lucene import search_impact
-from vtrepro.search.pisa import ensure_pisa_index, search_pisa
+from vtrepro.search.pisa import bindings_seconds_per_query, ensure_pisa_index, search_pisa
 from vtrepro.search.runs import Run, SearchTiming
 
 ENGINES = ("lucene", "pisa")
@@ -50,6 +51,8 @@ class EngineComparison:
     engines: dict[str, EngineFigures]
     runs_compared: int
     differing: list[str]
+    pisa_limit_seconds: float
+    """PISA's own time per query: the bindings' one call for every query, one thread, no Python per query."""
 
 
 def _lucene_index(vectors_dir: Path, index_dir: Path, summary: VectorSetSummary) -> float | None:
@@ -84,7 +87,8 @@ def compare_engines(vectors_dir: str | Path, queries_path: str | Path, k: int, t
             reference = reference if reference is not None else run
             differing.update(qid for qid in queries if list(run[qid].items()) != list(reference[qid].items()))
             runs += 1
-    return EngineComparison(summary, len(queries), k, figures, runs, sorted(differing))
+    limit = bindings_seconds_per_query(index_dir / "pisa", queries, k)
+    return EngineComparison(summary, len(queries), k, figures, runs, sorted(differing), limit)
 
 
 def print_comparison(comparison: EngineComparison) -> None:
@@ -103,6 +107,11 @@ def print_comparison(comparison: EngineComparison) -> None:
     ratios = ", ".join(f"{pisa.rate(timing.threads) / lucene.rate(timing.threads):.1f}x with {timing.threads} "
                        f"thread{'s' if timing.threads > 1 else ''}" for timing in lucene.timings)
     print(f"PISA/Lucene queries/s: {ratios}")
+    one_thread = next(timing for timing in pisa.timings if timing.threads == 1)
+    per_query = one_thread.seconds / one_thread.queries
+    print(f"PISA's own time per query (the bindings' one call for all queries, one thread, no Python per query): "
+          f"{comparison.pisa_limit_seconds * 1e3:.3f} ms; vtrepro's one-thread PISA search {per_query * 1e3:.3f} ms, "
+          f"{per_query / comparison.pisa_limit_seconds:.2f}x the limit")
     what = f"{comparison.runs_compared} runs x {comparison.queries} queries, top {comparison.k}, ties by document id"
     if comparison.differing:
         print(f"runs: DIFFER for {len(comparison.differing)} queries ({what}), e.g. {comparison.differing[:5]}")

@@ -18,19 +18,16 @@ PROJECTIONS = ("auto", "dense", "screened", "screened-int8", "screened-bfloat16"
 float32 product; ``screened`` takes the int8 screen on CPU (where its integer products are exact) and the
 bfloat16 screen elsewhere; ``screened-int8`` and ``screened-bfloat16`` name their screen. None drops a column
 the dense projection activates; their quantized vectors equalled dense's in every run measured (weights may
-differ in float32's last bits). ``auto`` (the default) is ``screened`` on CPU, where it was measured 2-4x
-faster, and ``dense`` on other devices, where the screen's speed has not been measured."""
+differ in float32's last bits). ``auto`` (the default) is ``screened`` on a CPU whose int8 matrix products
+run at least twice as fast as float32's (probed once per process: 2.8-8x faster measured on an AVX-512 EPYC
+with VNNI, 24x slower on an AVX2 EPYC without VNNI, where PyTorch has no fast int8 kernel) and ``dense``
+everywhere else, GPUs included, where the screen's speed has not been measured
+(:func:`vtrepro.model.projection.resolve_projection`)."""
 ACTIVATIONS = ("log1p", "log1p-log1p")
 """Term weight from a max-pooled logit x: ``log1p`` is SPLADE's log(1 + relu(x)); ``log1p-log1p`` is
 log(1 + log(1 + relu(x))), the OpenSearch neural-sparse v3 document models' (their model cards)."""
 SCREENS = ("auto", "int8", "bfloat16")
 """The screens of the screened projection, ``auto`` choosing by device."""
-def resolve_projection(projection: str, device_type: str) -> str:
-    """The projection ``projection`` names on a device of ``device_type`` (``cpu``, ``cuda``, ...): ``auto``
-    resolved, any other name as it is."""
-    if projection != "auto":
-        return projection
-    return "screened" if device_type == "cpu" else "dense"
 
 
 MAX_SORT_WINDOW = 100_000
@@ -72,4 +69,5 @@ class EncoderOptions(Options):
         help="dense: the full float32 product (the reference); screened: a low-precision pass with a rigorous "
              "error bound picks the columns that can activate, computed exactly in float32; its screen is int8 on "
              "CPU and bfloat16 on GPUs, or named (screened-int8, screened-bfloat16); auto (default): screened on "
-             "CPU, dense elsewhere; see docs/performance.md"))
+             "a CPU whose int8 products run at least twice float32's speed (probed), dense elsewhere; see "
+             "docs/performance.md"))

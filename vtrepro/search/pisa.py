@@ -13,7 +13,12 @@ returns what :func:`vtrepro.search.lucene.search_impact` returns for the same ve
   query counts the repeats; a weight of 0 is refused (Lucene would list documents scoring 0 for it);
 - scores are float32 sums, exact integers while the highest score a query could reach (its summed
   weights x the collection's largest impact) stays below 2^24: a query that could go beyond is refused;
-- MaxScore: on long SPLADE queries BlockMax-WAND is slower than Lucene at k=10 (scifact, splade-tiny).
+- term-at-a-time over an accumulator per document (PISA's ``ranked_or_taat``, exhaustive, so exact at any
+  k): SPLADE queries are long (52 terms on scifact) and weight frequent terms, so dynamic pruning saves little
+  and costs its bookkeeping. One thread, bindings' time per query, scifact: 0.45 ms at k=10 and 0.71 ms at
+  k=1000 against MaxScore's 0.82 and 1.48; a 100,000-document synthetic collection fitted to it: 5.8 and
+  6.5 ms against 19.7 and 23.1 ms (BlockMax-MaxScore 26.3 and 22.6; BlockMax-WAND was the slowest on
+  scifact, 4.2 and 5.7 ms).
 """
 from __future__ import annotations
 
@@ -48,7 +53,11 @@ logger = logging.getLogger(__name__)
 META_NAME = "vtrepro-pisa.json"
 META_FORMAT = "vtrepro.pisa-index/1"
 ENCODING = "block_simdbp"
-ALGORITHM = "maxscore"
+ALGORITHM = "ranked_or_taat"
+"""PISA's query algorithm with one thread (the module's last point); its lazy variant would drop the query weights."""
+THREADED_ALGORITHM = "maxscore"
+"""PISA's query algorithm with several threads: the bindings share one ``ranked_or_taat`` accumulator among
+their threads, which then add into each other's scores (measured: 287 of 300 scifact runs wrong at k=1000)."""
 EXACT_SCORE_LIMIT = 2**24
 """float32 holds every integer below this exactly, and so every partial sum of a score below it."""
 
@@ -275,18 +284,44 @@ def _pisa_queries(queries: Mapping[str, Mapping[str, int]], max_impact: int) -> 
     return converted
 
 
-def _retrieve(context, queries: list[dict[str, float]], depth: int, threads: int) -> list[list[tuple[str, float]]]:
-    """PISA's top ``depth`` (score, then PISA's internal order) of each query."""
+def _call(context, queries: list[dict[str, float]], depth: int, threads: int) -> tuple[int, np.ndarray, np.ndarray,
+                                                                                   np.ndarray]:
+    """One call of the bindings: (hits found, each hit's query index, document id, score), the arrays set
+    aside for ``depth`` hits per query."""
     size = len(queries) * depth
     qidxs, docnos = np.empty(size, dtype=np.int32), np.empty(size, dtype=object)
     ranks, scores = np.empty(size, dtype=np.int32), np.empty(size, dtype=np.float32)
-    found = _pisathon().retrieve(context, ALGORITHM, list(enumerate(queries)), k=depth, threads=threads,
+    algorithm = ALGORITHM if threads == 1 else THREADED_ALGORITHM
+    found = _pisathon().retrieve(context, algorithm, list(enumerate(queries)), k=depth, threads=threads,
                                  query_weighted=1, pretokenised=True, result_qidxs=qidxs, result_docnos=docnos,
                                  result_ranks=ranks, result_scores=scores)
+    return found, qidxs, docnos, scores
+
+
+def _retrieve(context, queries: list[dict[str, float]], depth: int, threads: int) -> list[list[tuple[str, float]]]:
+    """PISA's top ``depth`` of each query, by score, ties by document id. The bindings write each query's hits
+    as one run of positions, ordered by score (then PISA's internal order), so the arrays are cut where the
+    query index changes and only the runs of tied scores are reordered."""
+    found, qidxs, docnos, scores = _call(context, queries, depth, threads)
     hits: list[list[tuple[str, float]]] = [[] for _ in queries]
-    for position in range(found):
-        hits[qidxs[position]].append((docnos[position], float(scores[position])))
+    query_of, documents, values = qidxs[:found], docnos[:found], scores[:found]
+    starts = [0, *(np.flatnonzero(query_of[1:] != query_of[:-1]) + 1).tolist()]
+    for start, stop in zip(starts, [*starts[1:], found]):
+        if stop > start:
+            hits[query_of[start]] = _by_score_then_id(documents[start:stop].tolist(), values[start:stop])
     return hits
+
+
+def _by_score_then_id(documents: list[str], scores: np.ndarray) -> list[tuple[str, float]]:
+    """One query's hits as PISA ranked them (``scores`` not increasing), each run of equal scores ordered by
+    document id: the order of :func:`vtrepro.search.runs.top_hits`, found without sorting every hit."""
+    if len(scores) > 1 and np.any(scores[1:] > scores[:-1]):
+        raise RuntimeError("PISA returned hits out of score order")
+    edges = np.flatnonzero(scores[1:] != scores[:-1]) + 1
+    for start, stop in zip([0, *edges.tolist()], [*edges.tolist(), len(documents)]):
+        if stop - start > 1:
+            documents[start:stop] = sorted(documents[start:stop])
+    return list(zip(documents, scores.tolist()))
 
 
 def _complete(hits: list[tuple[str, float]], depth: int, wanted: int) -> bool:
@@ -298,6 +333,23 @@ def _complete(hits: list[tuple[str, float]], depth: int, wanted: int) -> bool:
     document id and cutting at ``wanted`` gives Lucene's top ``k`` exactly; otherwise search deeper.
     """
     return len(hits) < depth or hits[wanted - 1][1] > hits[-1][1]
+
+
+def bindings_seconds_per_query(index_dir: str | Path, queries: Mapping[str, Mapping[str, int]], k: int) -> float:
+    """PISA's own time per query, the limit of :func:`search_pisa` with one thread: the bindings' one call for
+    every query at the first depth :func:`search_pisa` asks for (one thread, best of two), without any Python
+    per query. Includes what the bindings do in C++: reading each query's terms, the search, PISA's sort of
+    its hits and their document ids as Python strings."""
+    meta = _checked_pisa_index(index_dir)
+    converted = _pisa_queries(queries, meta["max_impact"])
+    depth = hits_per_query(k, meta["documents"], len(converted)) + 2
+    context = _prepare(Path(index_dir))
+    best = float("inf")
+    for _ in range(2):
+        began = time.perf_counter()
+        _call(context, converted, depth, 1)
+        best = min(best, time.perf_counter() - began)
+    return best / max(len(converted), 1)
 
 
 def search_pisa(index_dir: str | Path, queries: Mapping[str, Mapping[str, int]], k: int = 1000, threads: int = 1,
@@ -313,15 +365,16 @@ def search_pisa(index_dir: str | Path, queries: Mapping[str, Mapping[str, int]],
     timing = timing if timing is not None else SearchTiming()
     timing.threads, timing.queries, timing.latencies = threads, len(qids), []
     found: dict[int, list[tuple[str, float]]] = {}
+    run: Run = {}
     started = time.perf_counter()
     with Progress(len(qids), "search (PISA)", "query") as progress:
-        if threads == 1:
-            for position, query in enumerate(converted):
+        if threads == 1:  # each query timed to its run, as Lucene's
+            for qid, query in zip(qids, converted):
                 began, depth = time.perf_counter(), wanted + 1
                 while not _complete(hits := _retrieve(context, [query], depth, 1)[0], depth, wanted):
                     depth *= 2
+                run[qid] = top_hits(qid, hits, k, remove_query_id, ranked=True)
                 timing.latencies.append(time.perf_counter() - began)
-                found[position] = hits
                 progress.update()
         else:
             pending, depth = list(range(len(qids))), wanted + 1
@@ -331,5 +384,7 @@ def search_pisa(index_dir: str | Path, queries: Mapping[str, Mapping[str, int]],
                 progress.update(sum(_complete(hits, depth, wanted) for hits in batch))
                 pending = [position for position, hits in zip(pending, batch) if not _complete(hits, depth, wanted)]
                 depth *= 2
+            run.update((qid, top_hits(qid, found[position], k, remove_query_id, ranked=True))
+                       for position, qid in enumerate(qids))
     timing.seconds = time.perf_counter() - started
-    return {qid: top_hits(qid, found[position], k, remove_query_id) for position, qid in enumerate(qids)}
+    return {qid: run[qid] for qid in qids}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -79,11 +80,16 @@ def check_query_weights(qid: str, vector: Mapping[str, object], lowest: int, req
             raise VtreproError(f"query '{qid}' has weight {weight!r} for '{term}': {requirement}")
 
 
-def top_hits(qid: str, hits: Iterable[tuple[str, float]], k: int, remove_query_id: bool) -> dict[str, float]:
+def top_hits(qid: str, hits: Iterable[tuple[str, float]], k: int, remove_query_id: bool,
+             ranked: bool = False) -> dict[str, float]:
     """The top ``k`` of an engine's ``(docid, score)`` hits for query ``qid``: by score, ties by document id,
     the query's own id left out when ``remove_query_id``. Engines return a few more hits than ``k`` (room
-    for the query's own id, and every document tied at the cut), so this cut decides the run."""
-    kept = sorted((hit for hit in hits if not (remove_query_id and hit[0] == qid)), key=lambda hit: (-hit[1], hit[0]))
+    for the query's own id, and every document tied at the cut), so this cut decides the run. ``ranked``:
+    the hits are in that order already (the engine ordered them so), and are only cut."""
+    kept = [hit for hit in hits if hit[0] != qid] if remove_query_id else list(hits)
+    if not ranked:
+        kept.sort(key=itemgetter(0))  # two stable sorts, by document id then by score: no key tuple per hit
+        kept.sort(key=itemgetter(1), reverse=True)
     return dict(kept[:k])
 
 
