@@ -87,3 +87,14 @@ def test_every_stage_at_two_sizes_with_identical_runs(tmp_path, capsys):
     assert set(results["growth_exponents"]) >= {"write", "index lucene", "search pisa k=10"}
     assert not list(output.glob("work-*"))  # work folders removed
     assert "identical at every size" in capsys.readouterr().out
+
+
+def test_fitting_holds_the_distinct_impacts_not_a_histogram_up_to_the_largest(tmp_path):
+    """An impact of 2^31 - 1 (the largest Anserini stores) once sized a 16 GB histogram; now it is one entry."""
+    folder = tmp_path / "source"
+    folder.mkdir()
+    (folder / "part-00000.jsonl").write_text(
+        json.dumps({"id": "a", "contents": "", "vector": {"x": 2**31 - 1, "y": 3}}) + "\n"
+        + json.dumps({"id": "b", "contents": "", "vector": {"y": 3}}) + "\n", encoding="utf-8")
+    statistics = fit_statistics(folder)
+    assert statistics.impact_values.tolist() == [3, 2**31 - 1] and statistics.impact_counts.tolist() == [2, 1]

@@ -17,6 +17,7 @@ import multiprocessing
 import resource
 import shutil
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -71,22 +72,18 @@ class CollectionStatistics:
 def fit_statistics(vectors_dir: Path) -> CollectionStatistics:
     """Terms per document, document frequencies and impact values of a real encoded corpus, read as a stream."""
     folder = EncodedFolder(vectors_dir).collection
-    frequency: dict[str, int] = {}
+    frequency: Counter[str] = Counter()
+    impacts: Counter[int] = Counter()  # by value: memory grows with the distinct impacts, not the largest one
     lengths: list[int] = []
-    impacts = np.zeros(1, dtype=np.int64)
     for _, _, _, vector in read_vectors(vector_files(folder)):
         lengths.append(len(vector))
-        for term in vector:
-            frequency[term] = frequency.get(term, 0) + 1
-        values = np.fromiter(vector.values(), dtype=np.int64, count=len(vector))
-        if values.size and values.max() >= impacts.size:
-            impacts = np.pad(impacts, (0, int(values.max()) + 1 - impacts.size))
-        np.add.at(impacts, values, 1)
+        frequency.update(vector.keys())
+        impacts.update(vector.values())
     if not lengths:
         raise VtreproError(f"{folder}: no documents to fit a collection to; give an encoded corpus")
-    values = np.flatnonzero(impacts)
+    values = np.asarray(sorted(impacts), dtype=np.int64)
     return CollectionStatistics(str(folder), len(lengths), list(frequency), np.fromiter(frequency.values(), dtype=np.int64),
-                                np.asarray(lengths), values, impacts[values])
+                                np.asarray(lengths), values, np.asarray([impacts[value] for value in values.tolist()]))
 
 
 def write_collection(statistics: CollectionStatistics, documents: int, folder: Path, seed: int = 0) -> int:
@@ -231,23 +228,26 @@ def _evaluate_job(run_path: Path, documents: int) -> tuple[None, dict]:
     return None, evaluate_run(run, qrels)
 
 
-def measure_size(statistics: CollectionStatistics, documents: int, queries_path: Path, work: Path) -> list[StageFigures]:
-    """Every stage at one size, in ``work``; each search at ``k`` by PISA says whether its run is Lucene's."""
-    folder, figures = work / "vectors", []
-    figures.append(run_stage("write", documents, _write_job, statistics, documents, folder))
-    figures.append(run_stage("fingerprint", documents, _fingerprint_job, folder))
-    figures.append(run_stage("index lucene", documents, _lucene_job, folder, work / "lucene"))
-    figures.append(run_stage("index pisa", documents, _pisa_job, folder, work / "pisa"))
+def measure_size(statistics: CollectionStatistics, documents: int, queries_path: Path, work: Path,
+                 record: Callable[[StageFigures], None]) -> None:
+    """Every stage at one size, in ``work``, each passed to ``record`` as it ends; each search at ``k`` by PISA
+    says whether its run is Lucene's."""
+    folder = work / "vectors"
+    written = run_stage("write", documents, _write_job, statistics, documents, folder)
+    written.size_bytes = _folder_bytes(folder)
+    record(written)
+    record(run_stage("fingerprint", documents, _fingerprint_job, folder))
+    record(run_stage("index lucene", documents, _lucene_job, folder, work / "lucene"))
+    record(run_stage("index pisa", documents, _pisa_job, folder, work / "pisa"))
     for k in KS:
         runs = {engine: work / f"{engine}-{k}.trec" for engine in ENGINES}
-        for engine in ENGINES:
-            figures.append(run_stage(f"search {engine} k={k}", documents, _search_job, engine, work / engine,
-                                     queries_path, k, runs[engine]))
+        searches = [run_stage(f"search {engine} k={k}", documents, _search_job, engine, work / engine, queries_path, k,
+                              runs[engine]) for engine in ENGINES]
         identical = runs["lucene"].read_bytes() == runs["pisa"].read_bytes()
-        figures[-1].figures = {**(figures[-1].figures or {}), "runs_identical": identical}
-    figures.append(run_stage("evaluate", documents, _evaluate_job, work / "lucene-1000.trec", documents))
-    figures[0].size_bytes = _folder_bytes(folder)
-    return figures
+        searches[-1].figures = {**(searches[-1].figures or {}), "runs_identical": identical}
+        for figure in searches:
+            record(figure)
+    record(run_stage("evaluate", documents, _evaluate_job, work / "lucene-1000.trec", documents))
 
 
 def growth_exponents(figures: list[StageFigures]) -> dict[str, float]:
@@ -284,11 +284,16 @@ def bench_scale(vectors_dir: Path, queries_path: Path, sizes: list[int], output:
     print(f"queries: {len(read_query_vectors(queries_path))} from {queries_path}, one thread, k {', '.join(map(str, KS))}")
     figures: list[StageFigures] = []
     output.mkdir(parents=True, exist_ok=True)
+
+    def record(figure: StageFigures) -> None:  # scale.json rewritten after every stage: a stopped run keeps its figures
+        figures.append(figure)
+        _write_results(output, statistics, sizes, figures)
+
     for documents in sizes:
         work = output / f"work-{documents}"
         shutil.rmtree(work, ignore_errors=True)
         try:
-            figures += measure_size(statistics, documents, queries_path, work)
+            measure_size(statistics, documents, queries_path, work, record)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     exponents = growth_exponents(figures)
@@ -297,7 +302,11 @@ def bench_scale(vectors_dir: Path, queries_path: Path, sizes: list[int], output:
                  if (figure.figures or {}).get("runs_identical") is False]
     print(f"runs: DIFFER ({'; '.join(differing)})" if differing else
           "runs: Lucene's and PISA's identical at every size and k (same documents, scores and order)")
+    return EXIT_MISMATCH if differing else EXIT_OK
+
+
+def _write_results(output: Path, statistics: CollectionStatistics, sizes: list[int], figures: list[StageFigures]) -> None:
     with atomic_write(output / RESULTS_NAME) as handle:
         json.dump({"machine": machine_line(), "statistics": statistics.describe(), "sizes": sizes,
-                   "stages": [asdict(figure) for figure in figures], "growth_exponents": exponents}, handle, indent=1)
-    return EXIT_MISMATCH if differing else EXIT_OK
+                   "stages": [asdict(figure) for figure in figures], "growth_exponents": growth_exponents(figures)},
+                  handle, indent=1)

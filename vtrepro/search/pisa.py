@@ -14,11 +14,11 @@ returns what :func:`vtrepro.search.lucene.search_impact` returns for the same ve
 - scores are float32 sums, exact integers while the highest score a query could reach (its summed
   weights x the collection's largest impact) stays below 2^24: a query that could go beyond is refused;
 - term-at-a-time over an accumulator per document (PISA's ``ranked_or_taat``, exhaustive, so exact at any
-  k): SPLADE queries are long (52 terms on scifact) and weight frequent terms, so dynamic pruning saves little
-  and costs its bookkeeping. One thread, bindings' time per query, scifact: 0.45 ms at k=10 and 0.71 ms at
-  k=1000 against MaxScore's 0.82 and 1.48; a 100,000-document synthetic collection fitted to it: 5.8 and
-  6.5 ms against 19.7 and 23.1 ms (BlockMax-MaxScore 26.3 and 22.6; BlockMax-WAND was the slowest on
-  scifact, 4.2 and 5.7 ms).
+  k) with one thread: SPLADE queries are long (52 terms on scifact) and weight frequent terms, so dynamic
+  pruning saves little and costs its bookkeeping. The bindings alone, one thread, ms per query: scifact 0.46
+  at k=10 and 0.77 at k=1000 against MaxScore's 0.81 and 1.52; a 100,000-document synthetic collection
+  fitted to it 5.9 and 6.3 against 19.3 and 24.9 (docs/performance.md). With several threads MaxScore
+  (:data:`THREADED_ALGORITHM`).
 """
 from __future__ import annotations
 
