@@ -173,3 +173,13 @@ def test_a_header_naming_a_path_as_its_condition_writes_nothing_outside_the_cach
     with pytest.raises(VtreproError, match="not a plain name"):
         _prebuilt_vectors(tmp_path / "out" / info["filename"], tmp_path / "cache")
     assert not outside.exists()
+
+
+@pytest.mark.parametrize("line, what", [("q 1\tparis paris\n", "query id"), ("q\x0b1\tparis\n", "query id"),
+                                        ("q1\tparis pa\x1bris\n", "term"), ("q1\tparis\tx\n", "term")])
+def test_topic_ids_and_terms_that_would_forge_run_lines_are_refused(tmp_path, line, what):
+    """A query id with a space would write a seven-field TREC line; control characters are refused as in vectors."""
+    topics = tmp_path / "topics.tsv"
+    topics.write_text("ok\tparis\n" + line, encoding="utf-8")
+    with pytest.raises(VtreproError, match=rf"topics\.tsv:2: {what}"):
+        read_topics(topics)

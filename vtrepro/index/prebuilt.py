@@ -38,7 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any, Iterator, Mapping
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import atomic_write, sha256_file
+from vtrepro.core.io import atomic_write, sha256_file, unsafe_character
 from vtrepro.encode.fingerprint import fingerprint_vectors
 from vtrepro.encode.reader import MAX_IMPACT
 
@@ -370,10 +370,16 @@ def read_topics(path: Path, expected_fingerprint: str | None = None) -> dict[str
         qid, tab, text = line.rstrip("\n").partition("\t")
         if not tab or not qid:
             raise VtreproError(f"{path}:{line_number}: expected 'qid<TAB>terms'; not an Anserini impact topics TSV")
+        if unsafe_character(qid):
+            raise VtreproError(f"{path}:{line_number}: query id {qid!r:.60} holds whitespace or a control character, "
+                               "which would break the run file's lines; not topics 'export index' wrote")
         if qid in queries:
             raise VtreproError(f"{path}:{line_number}: query '{qid}' appears twice; keep one line")
         vector: dict[str, int] = {}
         for term in text.split(" "):
+            if term and unsafe_character(term):
+                raise VtreproError(f"{path}:{line_number}: term {term!r:.60} holds whitespace or a control character; "
+                                   "not topics 'export index' wrote")
             if term:
                 vector[term] = vector.get(term, 0) + 1
         if any(weight > MAX_IMPACT for weight in vector.values()):
