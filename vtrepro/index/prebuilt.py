@@ -376,12 +376,11 @@ def read_topics(path: Path, expected_fingerprint: str | None = None) -> dict[str
         if qid in queries:
             raise VtreproError(f"{path}:{line_number}: query '{qid}' appears twice; keep one line")
         vector: dict[str, int] = {}
-        for term in text.split(" "):
-            if term and unsafe_character(term):
+        for term in filter(None, text.split(" ")):
+            if unsafe_character(term):
                 raise VtreproError(f"{path}:{line_number}: term {term!r:.60} holds whitespace or a control character; "
                                    "not topics 'export index' wrote")
-            if term:
-                vector[term] = vector.get(term, 0) + 1
+            vector[term] = vector.get(term, 0) + 1
         if any(weight > MAX_IMPACT for weight in vector.values()):
             raise VtreproError(f"{path}:{line_number}: a term repeats more than {MAX_IMPACT} times")
         queries[qid] = vector

@@ -335,15 +335,23 @@ def _complete(hits: list[tuple[str, float]], depth: int, wanted: int) -> bool:
     return len(hits) < depth or hits[wanted - 1][1] > hits[-1][1]
 
 
+def _search_setup(index_dir: str | Path, queries: Mapping[str, Mapping[str, int]],
+                  k: int) -> tuple[object, list[dict[str, float]], int]:
+    """What every search of ``index_dir`` starts from: PISA's retrieval context, the queries as the bindings
+    take them (checked), and ``k`` cut to the index's documents."""
+    meta = _checked_pisa_index(index_dir)
+    k = hits_per_query(k, meta["documents"], len(queries))
+    converted = _pisa_queries(queries, meta["max_impact"])
+    return _prepare(Path(index_dir)), converted, k
+
+
 def bindings_seconds_per_query(index_dir: str | Path, queries: Mapping[str, Mapping[str, int]], k: int) -> float:
     """PISA's own time per query, the limit of :func:`search_pisa` with one thread: the bindings' one call for
     every query at the first depth :func:`search_pisa` asks for (one thread, best of two), without any Python
     per query. Includes what the bindings do in C++: reading each query's terms, the search, PISA's sort of
     its hits and their document ids as Python strings."""
-    meta = _checked_pisa_index(index_dir)
-    converted = _pisa_queries(queries, meta["max_impact"])
-    depth = hits_per_query(k, meta["documents"], len(converted)) + 2
-    context = _prepare(Path(index_dir))
+    context, converted, k = _search_setup(index_dir, queries, k)
+    depth = k + 2
     best = float("inf")
     for _ in range(2):
         began = time.perf_counter()
@@ -356,11 +364,8 @@ def search_pisa(index_dir: str | Path, queries: Mapping[str, Mapping[str, int]],
                 remove_query_id: bool = True, timing: SearchTiming | None = None) -> Run:
     """Impact search with PISA: the run :func:`vtrepro.search.lucene.search_impact` gives for the same
     vectors; ``timing`` as there (per query with one thread; all queries in one call with more)."""
-    meta = _checked_pisa_index(index_dir)
     qids = list(queries)
-    k = hits_per_query(k, meta["documents"], len(qids))
-    converted = _pisa_queries(queries, meta["max_impact"])
-    context = _prepare(Path(index_dir))
+    context, converted, k = _search_setup(index_dir, queries, k)
     wanted = k + int(remove_query_id)
     timing = timing if timing is not None else SearchTiming()
     timing.threads, timing.queries, timing.latencies = threads, len(qids), []
@@ -387,4 +392,4 @@ def search_pisa(index_dir: str | Path, queries: Mapping[str, Mapping[str, int]],
             run.update((qid, top_hits(qid, found[position], k, remove_query_id, ranked=True))
                        for position, qid in enumerate(qids))
     timing.seconds = time.perf_counter() - started
-    return {qid: run[qid] for qid in qids}
+    return run
