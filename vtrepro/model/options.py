@@ -18,9 +18,10 @@ PROJECTIONS = ("auto", "dense", "screened", "screened-int8", "screened-bfloat16"
 float32 product; ``screened`` takes the int8 screen on CPU (where its integer products are exact) and the
 bfloat16 screen elsewhere; ``screened-int8`` and ``screened-bfloat16`` name their screen. None drops a column
 the dense projection activates; their quantized vectors equalled dense's in every run measured (weights may
-differ in float32's last bits). ``auto`` (the default) is ``screened`` on a CPU whose int8 matrix products
-run at least twice as fast as float32's (probed once per process: 2.8-8x faster measured on an AVX-512 EPYC
-with VNNI, 24x slower on an AVX2 EPYC without VNNI, where PyTorch has no fast int8 kernel) and ``dense``
+differ in float32's last bits). ``auto`` (the default) is ``screened`` on a CPU with VNNI or AMX int8
+instructions (read from its flags, so every process of a machine chooses alike: int8 products ran 2.8-8x
+float32's on an AVX-512 EPYC with VNNI, 24x slower on an AVX2 EPYC without it, where PyTorch has no fast int8
+kernel) and ``dense``
 everywhere else, GPUs included, where the screen's speed has not been measured
 (:func:`vtrepro.model.projection.resolve_projection`)."""
 ACTIVATIONS = ("log1p", "log1p-log1p")

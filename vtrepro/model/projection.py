@@ -9,7 +9,7 @@ bits (2.4e-7 to 9.6e-7 measured); the quantized vectors were identical in every 
 (docs/performance.md). Two screens, both rigorous, differ only in speed:
 int8 (the screen on CPU: integer products ran 8x float32's with VNNI and 2.8x with oneDNN held to AVX2
 on an AVX-512 EPYC, but 24x slower on an AVX2 EPYC without VNNI, where PyTorch runs a reference loop, so
-``auto`` probes their speed and takes dense there; bfloat16 on a CPU whose integer kernel the probe finds
+``auto`` takes dense there; bfloat16 on a CPU whose integer kernel the probe finds
 inexact) and bfloat16 (the default screen on GPUs; fast on CPUs only where bfloat16 arithmetic is native:
 15x slower than float32 on that AVX2 EPYC).
 
@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from typing import Callable
 
 import numpy as np
@@ -70,51 +69,40 @@ kernels without VNNI add pairs of u8 x s8 products in int16 with saturation (row
 255 x 64 x 2 <= 2^15 - 1 keeps exact; the kernel is probed before its levels are trusted."""
 
 
-INT8_SPEEDUP_REQUIRED = 2.0
-"""How many times faster than float32's this CPU's int8 products must run for ``auto`` to take the int8
-screen: the screen also quantizes, bounds and recomputes the kept columns, so integer products merely as fast
-as float32 ones make it slower than dense (measured: 2.8x gave the screened encoder 2.1x dense's rate)."""
-PROBE_REPEATS = 3
+INT8_INSTRUCTIONS = ("avx512_vnni", "avx_vnni", "amx_int8")
+"""CPU flags (``/proc/cpuinfo``) of the instructions that make PyTorch's int8 products fast: with any of them they
+ran 2.8-8x float32's (an AVX-512 EPYC with VNNI, oneDNN held to AVX2 included), without them 0.03x (an AVX2
+EPYC, where PyTorch runs a reference loop). The screen also quantizes, bounds and recomputes the kept columns,
+so it pays only well above 1x (2.8x gave the screened encoder 2.1x dense's rate)."""
 
 
-def resolve_projection(projection: str, device: torch.device, dimension: int) -> str:
-    """The projection ``projection`` names for an encoder on ``device`` whose decoder rows have ``dimension``
-    entries: ``auto`` resolved (the screened projection on a CPU where :func:`int8_speedup` reaches
-    :data:`INT8_SPEEDUP_REQUIRED`, dense elsewhere), any other name as it is. Both give the same quantized
-    vectors in every run measured, so the choice changes speed, not results; the manifest records it."""
+def resolve_projection(projection: str, device: torch.device) -> str:
+    """The projection ``projection`` names for an encoder on ``device``: ``auto`` resolved (the screened
+    projection on a CPU that has one of :data:`INT8_INSTRUCTIONS`, dense elsewhere), any other name as it is.
+    The choice follows the processor, never a timing, so every process of a machine (the ranks of a torchrun
+    job, a resumed run) makes the same one under any load. Both give the same quantized vectors in every run
+    measured, so the choice changes speed, not results; the manifest records it."""
     if projection != "auto":
         return projection
     if device.type != "cpu":
         return "dense"
-    speedup = int8_speedup(dimension, torch.get_num_threads())
-    chosen = "screened" if speedup >= INT8_SPEEDUP_REQUIRED else "dense"
-    logger.info(f"projection auto: {chosen} (int8 products run {speedup:.2f}x float32's on this CPU; the screen "
-                f"needs {INT8_SPEEDUP_REQUIRED:g}x)")
+    found = sorted(set(INT8_INSTRUCTIONS) & cpu_flags())
+    chosen = "screened" if found else "dense"
+    logger.info(f"projection auto: {chosen} (int8 instructions on this CPU: {', '.join(found) or 'none'})")
     return chosen
 
 
 @functools.cache
-def int8_speedup(dimension: int, threads: int) -> float:
-    """How many times faster one int8 block product of the screen runs than the same float32 product on this
-    CPU with ``threads`` threads (best of :data:`PROBE_REPEATS` each, after a warm-up): a few milliseconds,
-    once per process and shape. PyTorch's CPU int8 kernel is fast only where the processor and its build
-    provide one (VNNI); elsewhere it runs a reference loop many times slower than float32."""
-    generator = torch.Generator().manual_seed(0)
-    rows = torch.randint(-ROW_LEVELS, ROW_LEVELS + 1, (INT8_PROJECTION_ROWS, dimension), dtype=torch.int8,
-                         generator=generator)
-    columns = torch.randint(-64, 65, (INT8_PROJECTION_COLUMNS, dimension), dtype=torch.int8, generator=generator).T
-    float_rows, float_columns = rows.float(), columns.float()
-    return _best_seconds(lambda: float_rows @ float_columns) / _best_seconds(lambda: torch._int_mm(rows, columns))
-
-
-def _best_seconds(product: Callable[[], Tensor]) -> float:
-    product()
-    best = float("inf")
-    for _ in range(PROBE_REPEATS):
-        began = time.perf_counter()
-        product()
-        best = min(best, time.perf_counter() - began)
-    return max(best, 1e-9)
+def cpu_flags() -> frozenset[str]:
+    """The processor's feature flags as Linux lists them (``/proc/cpuinfo``); empty where it lists none."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return frozenset()
 
 
 def segment_max(rows: Tensor, lengths: list[int], project: Callable[[Tensor], Tensor], columns: int,
