@@ -10,10 +10,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
-import numpy as np
-
 from vtrepro.encode.reader import Vector
 from vtrepro.encode.vectors import EMPTY_DOCUMENT_TERM
+
+# numpy is imported where statistics are computed, on purpose: every command's `--help` stays fast.
 
 PERCENTILES = tuple(range(0, 101, 5))
 """Percentiles of terms per vector kept for a distribution plot (0, 5, ..., 100)."""
@@ -36,6 +36,8 @@ class Sparsity:
 
 def sparsity(vectors: Iterable[Vector]) -> Sparsity:
     """Statistics of ``vectors``; the placeholder that keeps an empty document indexed is not a term."""
+    import numpy as np
+
     lengths, holding = [], Counter[str]()
     for vector in vectors:
         terms = [term for term in vector if term != EMPTY_DOCUMENT_TERM]

@@ -9,13 +9,15 @@ from __future__ import annotations
 import math
 import unicodedata
 from dataclasses import dataclass
-from typing import Literal, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Literal, Sequence
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.options import Options, option
 from vtrepro.core.schema import Field
+
+# numpy is imported where weights are quantized, on purpose: every command's `--help` stays fast.
+if TYPE_CHECKING:
+    import numpy as np
 
 Rounding = Literal["half-even", "half-up", "truncate"]
 ROUNDINGS: tuple[str, ...] = ("half-even", "half-up", "truncate")
@@ -53,6 +55,8 @@ class Quantization(Options):
 
     def apply(self, weights: np.ndarray) -> np.ndarray:
         """Integer impacts (int64) for float weights, computed in float64."""
+        import numpy as np
+
         scaled = np.asarray(weights, dtype=np.float64) * self.scale
         if self.rounding == "half-even":
             return np.rint(scaled).astype(np.int64)

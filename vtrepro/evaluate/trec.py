@@ -12,15 +12,13 @@ import re
 import sys
 from pathlib import Path
 
-import numpy as np
-import pytrec_eval
-
 from vtrepro.core.cli import add_data_dir, cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
 from vtrepro.data.beir import load_dataset, read_qrels
 from vtrepro.search.runs import Run, read_trec_run
 
-# scipy is imported only for significance tests, on purpose: scoring a run does not need it.
+# scipy is imported only for significance tests, on purpose: scoring a run does not need it. pytrec_eval (which
+# imports numpy) and numpy are imported where runs are scored and compared: every command's `--help` stays fast.
 
 DEFAULT_METRICS: tuple[str, ...] = ("ndcg@10", "recall@100", "recall@1000", "mrr@10")
 _TREC_MEASURES = {"ndcg": "ndcg_cut", "recall": "recall", "precision": "P", "map": "map_cut"}
@@ -58,6 +56,8 @@ def _top_k(run: Run, k: int) -> Run:
 
 def per_query_scores(run: Run, qrels: dict[str, dict[str, int]], metric: str) -> dict[str, float]:
     """``metric`` of every judged query (sorted ids); a query without results scores 0."""
+    import pytrec_eval
+
     name, cutoff = parse_metric(metric)
     judged_run = {qid: hits for qid, hits in run.items() if qid in qrels and hits}
     if name == "mrr":
@@ -112,6 +112,7 @@ def paired_comparison(ours: dict[str, float], theirs: dict[str, float], samples:
                       seed: int = 0) -> dict[str, float | int]:
     """Both means over the same queries, their difference, queries won/lost/tied, and two-sided p-values
     of a paired t-test and of a paired randomization test (``samples`` seeded sign flips)."""
+    import numpy as np
     from scipy.stats import ttest_rel
 
     if set(ours) != set(theirs):

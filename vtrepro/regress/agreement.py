@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Mapping
 
-import numpy as np
-
 from vtrepro.encode.reader import Vector, load_vectors, read_query_vectors, vector_files
 from vtrepro.regress.spec import EncodedVectors
+
+# numpy is imported where vectors are compared, on purpose: `regress --help` stays fast.
 
 AGREEMENT_FIGURES: dict[str, str] = {
     "agreement_documents_identical": "share of document vectors identical to the other condition's",
@@ -41,6 +41,8 @@ def vector_agreement(ours: EncodedVectors, theirs: EncodedVectors) -> dict[str, 
 
 def _agreement(ours: Mapping[str, Vector], theirs: Mapping[str, Vector]) -> dict[str, float]:
     """Per record id in either set (a missing record is an empty vector): identity, shared terms, impacts."""
+    import numpy as np
+
     shared, identical, differing, terms, max_delta = [], 0, 0, 0, 0
     for record_id in sorted(ours.keys() | theirs.keys()):
         a, b = ours.get(record_id, {}), theirs.get(record_id, {})

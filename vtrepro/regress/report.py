@@ -8,9 +8,7 @@ import math
 import platform
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from vtrepro.core.io import read_jsonl
 from vtrepro.core.machine import cpu_model
@@ -30,6 +28,9 @@ from vtrepro.training.run_folder import LOG_NAME
 from vtrepro.vocabulary.calibrate import CALIBRATION_REPORT
 
 # torch is imported only to record its version in a report, on purpose: BM25-only runs never load it.
+# pandas is imported where a frame is built, on purpose: `regress --help` and `export --help` stay fast.
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _show(value) -> str:
@@ -53,6 +54,8 @@ COLUMNS = ("condition", "dataset", "metric", "tier", "expected", "observed", "st
 
 def results_frame(rows: list[ResultRow], reference_suffix: str = " (published)") -> pd.DataFrame:
     """One line per result row, the report's columns, figures as printed (4 decimals, fingerprints cut to 12)."""
+    import pandas as pd
+
     return pd.DataFrame(
         [(row.condition, row.dataset, row.metric + (reference_suffix if row.kind == "reference" else ""), row.tier,
           _show(row.expected), _show(row.observed), row.status, row.note) for row in rows],
@@ -78,6 +81,8 @@ def _aligned(frame: pd.DataFrame) -> str:
 
 def efficiency_frame(rows: list[ResultRow]) -> pd.DataFrame:
     """One line per run (condition, dataset), one column per measured figure it has."""
+    import pandas as pd
+
     frame = pd.DataFrame([asdict(row) for row in rows], columns=list(ROW_KEYS))
     return pd.DataFrame([{"condition": condition, "dataset": dataset, **figures}
                          for condition, dataset, figures in measured_figures(frame)])

@@ -8,12 +8,12 @@ import math
 from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
-import pandas as pd
 
 from vtrepro.report.results import CALIBRATION_FIGURES
 from vtrepro.report.tables import AVERAGE, STATED_AVERAGE, Matrix, System, scores
 
 if TYPE_CHECKING:
+    import pandas as pd
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 

@@ -19,13 +19,10 @@ import signal
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
-
-import pandas as pd
+from typing import TYPE_CHECKING, Iterator
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, check_output
-from vtrepro.report import plots
 from vtrepro.report.published import PublishedSystem
 from vtrepro.report.results import NOT_OK, STATUS_OKISH, STATUSES, Results
 from vtrepro.report.tables import (
@@ -38,6 +35,11 @@ from vtrepro.report.tables import (
     efficiency_table,
     observed_systems,
 )
+
+# pandas is imported where a table is formatted and the figures (numpy, matplotlib) where they are drawn, on
+# purpose: `report --help` and `regress --help` stay fast.
+if TYPE_CHECKING:
+    import pandas as pd
 
 FIGURES_DIRNAME = "figures"
 FIGURE_NAMES = ("scores", "retention", "cost", "terms", "calibration", "training")
@@ -73,6 +75,8 @@ class Report:
 def build_report(results: list[Results], published: list[PublishedSystem], metric: str = DEFAULT_METRIC,
                  baseline: str | None = None) -> Report:
     """The tables and figures of a report over ``results`` (``baseline``: a system label; default the first)."""
+    from vtrepro.report import plots
+
     systems = observed_systems(results)
     chosen = _baseline(systems, baseline)
     matrix = beir_matrix(systems, published, metric, chosen)
@@ -116,6 +120,8 @@ def _cell(value, kind: str) -> str:
 
 def matrix_text(matrix: Matrix) -> pd.DataFrame:
     """The matrix with every cell formatted as shown (4 decimals, signed deltas, starred p-values)."""
+    import pandas as pd
+
     return pd.DataFrame({column: [_cell(value, matrix.kinds[column]) for value in matrix.table[column]]
                          for column in matrix.table.columns}, index=matrix.table.index)
 
@@ -176,6 +182,8 @@ def _markdown_code(value: str) -> str:
 
 
 def _markdown_table(frame: pd.DataFrame, index: bool = True) -> str:
+    import pandas as pd
+
     shown = frame.map(_markdown)
     shown.columns = [_markdown(column) for column in frame.columns]
     shown.index = pd.Index([_markdown(label) for label in frame.index], name=frame.index.name)
@@ -292,6 +300,8 @@ def _csv_cell(value: object) -> object:
 
 def table_csv(matrix: Matrix) -> str:
     """``table.csv``: the BEIR matrix at full precision (4 decimals), names safe to open in a spreadsheet."""
+    import pandas as pd
+
     table = matrix.table.map(_csv_cell).astype(object)  # numbers written as they are, as in the matrix
     table.columns = [_csv_cell(column) for column in table.columns]
     table.index = pd.Index([_csv_cell(label) for label in table.index], name=matrix.table.index.name)

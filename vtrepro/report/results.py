@@ -16,14 +16,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import unsafe_character
 from vtrepro.core.schema import bounds_text, within
 from vtrepro.report.published import PUBLISHED_DIR
+
+# pandas is imported where the rows become a frame, on purpose: the commands that import the statuses
+# (`regress`, `export`, `report`) build their `--help` without it.
+if TYPE_CHECKING:
+    import pandas as pd
 
 RESULTS_NAME = "results.json"
 PER_QUERY_NAME = "per_query.json"
@@ -272,6 +275,8 @@ def _shown(value: Any) -> str:
 
 def check_results(document: Any, folder: Path, path: Path) -> Results:
     """A results document checked whole (layout, types, statuses, ranges, names): see the module's doc."""
+    import pandas as pd
+
     check = _Checker(path)
     top = check.mapping(document, "the top level")
     if "spec" not in top or "rows" not in top:

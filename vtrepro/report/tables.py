@@ -3,14 +3,16 @@ beside observed ones, deltas, averages, significance), the efficiency table and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Iterator
 
 from vtrepro.data.beir import BEIR_DATASETS
 from vtrepro.evaluate.trec import paired_comparison
 from vtrepro.report.published import PUBLISHED_DIR, PublishedSystem, beir_average, load_system, load_table
 from vtrepro.report.results import STATUS_MEASURED, Results
+
+# pandas is imported where a table is built, on purpose: `report --help` and `regress --help` stay fast.
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_METRIC = "ndcg@10"
 """The matrix's metric unless one is chosen (BEIR's headline figure)."""
@@ -83,6 +85,8 @@ def beir_matrix(systems: list[System], published: list[PublishedSystem], metric:
     """Datasets as rows; per observed system its score, and where its spec names a published counterpart
     the delta to it and the regression's verdict; each published system's values; the p-value of a
     paired randomization test against ``baseline`` where both runs' per-query scores are at hand."""
+    import pandas as pd
+
     observed = {system.label: scores(system, metric) for system in systems}
     datasets = dataset_order({name for values in observed.values() for name in values})
     columns: dict[str, dict[str, float] | dict[str, str]] = {}
@@ -136,6 +140,8 @@ def _p_values(system: System, baseline: System, metric: str, datasets: list[str]
 def _averages(table: pd.DataFrame, kinds: dict[str, str], datasets: list[str]) -> pd.Series:
     """Per observed, delta and published column, the BEIR average over the datasets shown, where the
     column has every one of them (a partial average would not compare)."""
+    import pandas as pd
+
     averages = {}
     for column, kind in kinds.items():
         values = table.loc[datasets, column]
@@ -161,6 +167,8 @@ def measured_figures(rows: pd.DataFrame) -> Iterator[tuple[str, str, dict[str, A
 
 def efficiency_table(systems: list[System]) -> pd.DataFrame:
     """One line per (system, dataset), one column per measured figure (each folder's rows read once)."""
+    import pandas as pd
+
     labels = {(id(system.results), system.condition): system.label for system in systems}
     folders = {id(system.results): system.results for system in systems}
     return pd.DataFrame([{"system": labels[(key, condition)], "dataset": dataset, **figures}

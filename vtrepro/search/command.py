@@ -29,8 +29,10 @@ from vtrepro.encode.reader import read_query_vectors
 from vtrepro.index.lucene import check_index_folder
 from vtrepro.index.prebuilt import is_prebuilt, open_prebuilt, read_topics
 from vtrepro.search.lucene import search_impact
-from vtrepro.search.pisa import ensure_pisa_index, search_pisa
 from vtrepro.search.runs import add_k, write_trec_run
+
+# vtrepro.search.pisa (numpy) is imported where PISA searches, on purpose: `search --help` and Lucene searches
+# stay fast.
 
 ENGINES = ("lucene", "pisa")
 
@@ -70,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             queries = read_query_vectors(args.queries) if args.queries else topics()
             run = search_impact(check_index_folder(index), queries, args.k, args.threads, not args.keep_query_id)
     elif args.engine == "pisa":
+        from vtrepro.search.pisa import ensure_pisa_index, search_pisa
+
         if vectors is not None:
             ensure_pisa_index(vectors, args.index)
         run = search_pisa(args.index, read_query_vectors(args.queries), args.k, args.threads, not args.keep_query_id)

@@ -14,12 +14,12 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Iterable, Mapping
 
-import numpy as np
-
 from vtrepro.core.cli import number_in
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, read_lines
 from vtrepro.encode.reader import MAX_IMPACT
+
+# numpy is imported where latencies are summarized, on purpose: every command's `--help` stays fast.
 
 Run = dict[str, dict[str, float]]
 """qid -> {docid: score}, the shape pytrec_eval takes."""
@@ -46,6 +46,8 @@ class SearchTiming:
         """Threads, queries per second, and latency in milliseconds (None unless timed per query)."""
         latency: dict[str, float | None] = dict.fromkeys(("latency_mean_ms", "latency_p50_ms", "latency_p99_ms"))
         if self.latencies:
+            import numpy as np
+
             milliseconds = np.asarray(self.latencies) * 1000.0
             latency = {"latency_mean_ms": float(milliseconds.mean()),
                        "latency_p50_ms": float(np.percentile(milliseconds, 50)),

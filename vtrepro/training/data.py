@@ -28,9 +28,7 @@ import logging
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Protocol
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, read_jsonl
@@ -38,6 +36,10 @@ from vtrepro.data.beir import load_dataset
 from vtrepro.data.texts import read_tsv_texts
 from vtrepro.index.lucene import build_bm25_index
 from vtrepro.search.lucene import search_bm25
+
+# numpy is imported where offsets and orders are built, on purpose: `train --help` and `mlm --help` stay fast.
+if TYPE_CHECKING:
+    import numpy as np
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +120,8 @@ class TriplesTrainingSet:
 
 def _line_offsets(path: Path) -> np.ndarray:
     """Byte offsets of the non-blank lines of a file."""
+    import numpy as np
+
     offsets = []
     position = 0
     with open(path, "rb") as handle:
@@ -134,6 +138,8 @@ def _line_offsets(path: Path) -> np.ndarray:
 @functools.lru_cache(maxsize=4)
 def permutation(size: int, seed: int, epoch: int) -> np.ndarray:
     """The seeded order of ``size`` examples in ``epoch``."""
+    import numpy as np
+
     return np.random.Generator(np.random.PCG64([seed, epoch])).permutation(size)
 
 

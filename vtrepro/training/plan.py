@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from vtrepro.model.loading import check_text_lengths, position_limit, resolve_model, text_length_limit
 from vtrepro.training.inputs import availability, required_inputs
 from vtrepro.training.mlm import MlmOptions
@@ -16,7 +14,8 @@ from vtrepro.training.stages import Stage
 from vtrepro.vocabulary.calibrate import CalibrationOptions
 from vtrepro.vocabulary.transfer import TransferOptions
 
-# transformers is imported only for the cost estimate, on purpose: `train --help` stays fast.
+# torch and transformers are imported only for the cost estimate, on purpose: `train --help`, `regress --help`
+# and `export --help` stay fast.
 
 DEFAULT_GPU_TFLOPS = 150.0
 # Offline stand-ins for the cost estimate of Hub models that are not local: transformers' default
@@ -68,6 +67,7 @@ def check_recipe_lengths(recipe: Recipe, model_dir) -> None:
 def flops_per_token(config: Any) -> tuple[float, int]:
     """(training FLOPs per token, parameters): 6 x the parameters used in matrix products, i.e. all but
     the input embedding table, whose rows are looked up (a tied decoder still multiplies by it)."""
+    import torch
     from transformers import AutoModelForMaskedLM
 
     with torch.device("meta"):

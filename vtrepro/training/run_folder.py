@@ -15,16 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, read_jsonl, write_json
 from vtrepro.model.loading import check_safetensors
 from vtrepro.training.stages import Stage
 
 # matplotlib is imported only to draw the curves plot, on purpose: it is slow to import and optional for a run.
-# torch and safetensors are imported where a trainer state is written or read: the recipe checks and
-# `--dry-run` (which find the latest checkpoint) stay fast.
+# torch, safetensors and numpy are imported where a trainer state is written or read (numpy also where the
+# curves are drawn): the recipe checks, `--help` and `--dry-run` (which find the latest checkpoint) stay fast.
 if TYPE_CHECKING:
     import torch
 
@@ -85,6 +83,7 @@ def truncate_log(path: Path, step: int) -> None:
 def plot_curves(log_path: Path, out: Path) -> None:
     """curves.png: loss, FLOPS, active terms and learning rate per step."""
     import matplotlib
+    import numpy as np
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -220,6 +219,7 @@ def read_trainer_state(checkpoint: Path, fields: dict[str, Any], optimizer: torc
 
 def _int64(values: Any) -> torch.Tensor:
     """Words of an RNG state (Python ints or a uint32 array, all below 2**32) as an int64 tensor."""
+    import numpy as np
     import torch
 
     return torch.tensor(np.asarray(values, dtype=np.int64))
@@ -281,6 +281,8 @@ def _expected_tensor(name: str, parameters: list[torch.Tensor], world: int,
 def _rng_state(fields: Any, tensors: dict[str, torch.Tensor], rank: int, where: str) -> dict[str, Any]:
     """One process's RNG states (``distributed.set_rng_state``'s argument) from its JSON fields and tensors,
     every value in the range its generator accepts."""
+    import numpy as np
+
     python = fields.get("python") if isinstance(fields, dict) else None
     numpy = fields.get("numpy") if isinstance(fields, dict) else None
     words = {part: tensors[f"rng.{rank}.{part}"] for part in ("torch", "python", "numpy")

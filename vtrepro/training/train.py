@@ -22,8 +22,7 @@ import functools
 import logging
 import os
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from vtrepro.core.cli import (
     add_data_dir,
@@ -36,13 +35,16 @@ from vtrepro.core.cli import (
 )
 from vtrepro.core.io import check_output
 from vtrepro.model.loading import resolve_model
-from vtrepro.training.distributed import Processes
 from vtrepro.training.inputs import check_inputs, required_inputs
 from vtrepro.training.plan import DEFAULT_GPU_TFLOPS, check_recipe_lengths, describe_plan
 from vtrepro.training.recipe import Recipe, load_recipe
 from vtrepro.training.run_folder import FAILED_NAME, PREPARED_NAME, stage_dir
 from vtrepro.training.stages import run_stage
-from vtrepro.training.trainer import Trainer
+
+# torch, the processes and the trainer are imported where training starts, on purpose: `--help` and
+# `--dry-run` stay fast.
+if TYPE_CHECKING:
+    from vtrepro.training.distributed import Processes
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +64,11 @@ def run_stages(recipe: Recipe, output: Path, data_dir, model_dir, processes: Pro
 
 def run_recipe(recipe: Recipe, output: Path, data_dir=None, model_dir=None) -> Path:
     """Stages then training, in this process (one of a torchrun job, or alone); returns the final folder."""
+    import torch
+
+    from vtrepro.training.distributed import Processes
+    from vtrepro.training.trainer import Trainer
+
     processes = Processes.start()
     if processes.device.type == "cpu" and recipe.training["cpu_threads"]:
         torch.set_num_threads(recipe.training["cpu_threads"])  # CPU float sums depend on the thread count
