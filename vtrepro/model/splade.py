@@ -113,7 +113,7 @@ class SpladeEncoder:
         self._head_transform = mlm_head_transform(str(model), self.model, self.tokenizer)
         self._to_device(options.dtype)
         self.projection = resolve_projection(options.projection, self.device)
-        """The projection used: ``options.projection`` with ``auto`` resolved for the device (and, on CPU, its int8 instructions)."""
+        """The projection used: ``options.projection`` with ``auto`` resolved for the device (on CPU, by its int8 flags)."""
         screen = self.projection.removeprefix("screened").removeprefix("-") or "auto"
         self.screened = ScreenedProjection(self._decoder, screen) if self.projection != "dense" else None
         self.projection_seconds = 0.0  # time spent in the vocabulary projection (read by the benchmark)
