@@ -18,13 +18,24 @@ from typing import Any, Callable
 
 import pytest
 
+from helpers import REPO_ROOT, EncodeCache, cache_root, repeated_encodings
 from vtrepro.encode.vectors import EMPTY_DOCUMENT_TERM, escape_term
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _shared_dir() -> Path:
     return Path(os.environ.get("VTREPRO_SHARED", REPO_ROOT.parent / "shared")).resolve()
+
+
+INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
+"""Real-data and outside-tool tests (whole corpora, other tools run on what vtrepro wrote, other processes):
+every one is ``slow``, by its folder."""
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark every test under ``tests/integration/`` slow (the tiers: pyproject.toml's markers, docs/testing.md)."""
+    for item in items:
+        if INTEGRATION_DIR in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -278,15 +289,58 @@ def guard_run(name: str, out_dir: Path) -> None:
                          for path, digest in folder_fingerprint(out_dir, pattern).items()})
 
 
+_ENCODE_CACHE: list[EncodeCache] = []
+"""The session's encode cache, once made (read by :func:`pytest_terminal_summary`)."""
+FULL_CORPUS_DOCUMENTS = 1000
+"""From this many documents an encoding counts as a real corpus's, which no session may encode twice."""
+
+
 @pytest.fixture(scope="session")
-def splade_tiny_run(tmp_path_factory, data_dir, models_dir):
-    """One regression run of beir_splade_tiny per test session (encoding is the expensive part):
+def encode_cache(tmp_path_factory) -> EncodeCache:
+    """The session's :class:`helpers.EncodeCache`: every test that needs a real corpus encoded asks it."""
+    cache = EncodeCache(cache_root(tmp_path_factory.mktemp("encode-cache")))
+    _ENCODE_CACHE.append(cache)
+    return cache
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """The encode cache's hits and misses, and any real corpus encoded twice with the same settings."""
+    if not _ENCODE_CACHE:
+        return
+    terminalreporter.write_line(_ENCODE_CACHE[0].summary())
+    basetemp = config._tmp_path_factory.getbasetemp()
+    repeated = repeated_encodings(basetemp, FULL_CORPUS_DOCUMENTS)
+    terminalreporter.write_line("corpora of >= {} documents encoded twice: {}".format(
+        FULL_CORPUS_DOCUMENTS, "; ".join(repeated) if repeated else "none"))
+
+
+def seed_spec_encodings(spec: Path, output: Path, models_dir: Path, data_dir: Path, cache: EncodeCache) -> None:
+    """Put the cache's encodings of every SPLADE condition and dataset of ``spec`` where ``regress --output
+    output`` looks for them (``<output>/<spec>/<condition>/<dataset>/``), encoding what the cache lacks."""
+    from vtrepro.data.beir import load_dataset
+    from vtrepro.model.splade import SpladeEncoder
+    from vtrepro.regress.spec import load_spec
+
+    loaded = load_spec(spec)
+    for condition in loaded.conditions:
+        encoder = SpladeEncoder(condition.model, condition.encoder, model_dir=str(models_dir))
+        for dataset_run in condition.datasets:
+            documents = load_dataset(dataset_run.name, data_dir).corpus()
+            folder = cache.folder(encoder, documents, condition.quantization)
+            cache.seed(folder, output / loaded.name / condition.name / dataset_run.name)
+
+
+@pytest.fixture(scope="session")
+def splade_tiny_run(tmp_path_factory, data_dir, models_dir, encode_cache):
+    """One regression run of beir_splade_tiny per test session, from the encode cache's encodings:
     ``(args, results folder, exit code)``; the arguments are a tuple, so no test can change them."""
     from vtrepro.regress.runner import main as regress
     from vtrepro.regress.spec import REGRESSIONS_DIR
 
     output = tmp_path_factory.mktemp("runs")
-    args = ("--spec", str(REGRESSIONS_DIR / "beir_splade_tiny.yaml"), "--data-dir", str(data_dir),
+    spec = REGRESSIONS_DIR / "beir_splade_tiny.yaml"
+    seed_spec_encodings(spec, output, models_dir, data_dir, encode_cache)
+    args = ("--spec", str(spec), "--data-dir", str(data_dir),
             "--model-dir", str(models_dir), "--output", str(output))
     code = regress(list(args))
     guard_run("splade_tiny_run", output / "beir_splade_tiny")

@@ -77,20 +77,7 @@ def encode_corpus(
     out_dir = Path(out_dir)
     if not replace_other_settings:
         check_encode_output(out_dir)
-    options: EncoderOptions = encoder.options
-    settings = {  # the manifest's keys, in this order: resuming compares them (and their digest) as written
-        "model_sha256": model_fingerprint(encoder.model),
-        "vocabulary_sha256": hashlib.sha256("\n".join(encoder.vocabulary).encode()).hexdigest(),
-        "max_length_doc": options.max_length_doc,
-        "quantization": quantization.to_dict(),
-        "corpus_sha256": corpus_fingerprint(documents),
-        "batch_size": options.batch_size,
-        "sort_window": options.sort_window,
-        "shard_size": shard_size,
-        "dtype": options.dtype,
-        "projection": encoder.projection,
-        **({"activation": options.activation} if options.activation != "log1p" else {}),
-    }
+    settings = encoding_settings(encoder, documents, quantization, shard_size)
     model_name = str(getattr(encoder.model, "name_or_path", ""))
     folder = EncodedFolder(out_dir)
     expected_files = shard_names(len(documents), shard_size)
@@ -102,7 +89,7 @@ def encode_corpus(
         write_manifest(folder, model_name, settings, manifest_shards(finished, expected_files))
     part.barrier()
     mine = [index for index, name in enumerate(expected_files) if part.owns(index) and name not in finished]
-    todo = window_documents(mine, shard_size, options.sort_window, len(documents))
+    todo = window_documents(mine, shard_size, encoder.options.sort_window, len(documents))
     total, done = (len(documents), len(documents) - todo) if part.world == 1 else (todo, 0)
     device, digest = str(encoder.device), settings_digest(settings)
     terms = escaped_vocabulary(encoder.vocabulary)
@@ -123,6 +110,26 @@ def encode_corpus(
     manifest = merge_receipts(folder, model_name, settings, expected_files)
     _refuse_all_empty(folder, manifest, quantization)
     return manifest
+
+
+def encoding_settings(encoder, documents: Sequence, quantization: Quantization = Quantization(),
+                      shard_size: int = DEFAULT_SHARD_SIZE) -> dict[str, Any]:
+    """What makes an encoded folder's vectors, as its manifest records them (in this order: resuming compares
+    them, and their digest, as written): the model's weights and vocabulary, the corpus and every setting."""
+    options: EncoderOptions = encoder.options
+    return {
+        "model_sha256": model_fingerprint(encoder.model),
+        "vocabulary_sha256": hashlib.sha256("\n".join(encoder.vocabulary).encode()).hexdigest(),
+        "max_length_doc": options.max_length_doc,
+        "quantization": quantization.to_dict(),
+        "corpus_sha256": corpus_fingerprint(documents),
+        "batch_size": options.batch_size,
+        "sort_window": options.sort_window,
+        "shard_size": shard_size,
+        "dtype": options.dtype,
+        "projection": encoder.projection,
+        **({"activation": options.activation} if options.activation != "log1p" else {}),
+    }
 
 
 def _refuse_all_empty(folder: EncodedFolder, manifest: dict[str, Any], quantization: Quantization) -> None:

@@ -2,15 +2,15 @@
 data (splade-tiny, SciFact, NFCorpus, GPT-2's BPE files), its figures in docs/scale.md's table format."""
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 import torch
 
+from helpers import REPO_ROOT
 from vtrepro.bench.gpu_check import PARTS
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 
 
 def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path, data_dir, models_dir) -> None:

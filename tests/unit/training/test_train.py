@@ -19,6 +19,7 @@ import torch
 import yaml
 from safetensors.torch import load_file, save_file
 
+from helpers import REPO_ROOT
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import read_jsonl
 from vtrepro.data.beir import load_dataset
@@ -46,7 +47,7 @@ from vtrepro.training.splade_model import MaxPooledProjection, SpladeModel
 from vtrepro.training.train import main, run_recipe
 from vtrepro.training.trainer import Trainer
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 RECIPES = REPO / "regressions" / "recipes"
 
 

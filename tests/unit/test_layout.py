@@ -9,7 +9,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent / "vtrepro"
+from helpers import REPO_ROOT
+
+PACKAGE_ROOT = REPO_ROOT / "vtrepro"
 LAYERS = ("core", "data", "model", "vocabulary", "encode", "index", "search", "evaluate", "training", "report", "regress")
 """The subpackages from the bottom up: a module may import its own layer and those below it."""
 MAX_MODULE_LINES = 600

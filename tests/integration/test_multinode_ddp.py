@@ -24,12 +24,13 @@ import yaml
 from multinode import run_two_agents
 from safetensors.torch import load_file
 
+from helpers import REPO_ROOT
 from vtrepro.core.io import read_jsonl
 from vtrepro.data.beir import load_dataset
 from vtrepro.training.run_folder import LOG_NAME
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 LOSS_RELATIVE_TOLERANCE = 2e-5
 WEIGHT_TOLERANCE = 2e-5
 UPDATE_RELATIVE_TOLERANCE = 1.5e-3

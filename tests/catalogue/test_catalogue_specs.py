@@ -6,14 +6,12 @@ error; numeric options fail in argparse (exit 2, no traceback); ``--help`` impor
 from __future__ import annotations
 
 import importlib
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import assert_one_error_line
+from helpers import run_module
 from vtrepro.__main__ import COMMANDS
 from vtrepro.core.errors import VtreproError
 from vtrepro.regress.spec import load_spec
@@ -195,10 +193,6 @@ OPTION_CASES = [
 ]
 
 # train defines torch.nn.Module subclasses at module level, so it still imports torch.
-HELP_CASES = [("transfer", ("torch", "transformers")), ("calibrate", ("torch", "transformers")),
-              ("mlm", ("torch", "transformers")), ("bench", ("torch", "transformers")), ("train", ("transformers",))]
-
-
 def edited(text: str, old: str, new: str) -> str:
     assert text.count(old) == 1, old
     return text.replace(old, new)
@@ -210,13 +204,9 @@ def assert_one_line_error(error: VtreproError, path: Path, line: int, fragment: 
     assert fragment in message, message
 
 
-def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
-
-
-def assert_cli_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
-    assert_one_error_line(result.returncode, result.stderr, *fragments)
+def assert_cli_error(result: tuple[int, str, str], *fragments: str) -> None:
+    code, _, stderr = result
+    assert_one_error_line(code, stderr, *fragments)
 
 
 def test_the_catalogue_bases_are_valid(tmp_path: Path) -> None:
@@ -249,10 +239,11 @@ DRY_RUN_CASES = [case for case in SPEC_CASES if case[1] in ("[ndcg@10, recall@10
 
 
 @pytest.mark.parametrize(("old", "new", "line", "fragment"), DRY_RUN_CASES, ids=["ndcg@0", "k: 0", "trust_remote_code: no"])
-def test_invalid_spec_value_rejected_by_dry_run(tmp_path: Path, old: str, new: str, line: int, fragment: str) -> None:
+def test_invalid_spec_value_rejected_by_dry_run(tmp_path: Path, old: str, new: str, line: int, fragment: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "spec.yaml"
     path.write_text(edited(SPEC, old, new))
-    result = run("-m", "vtrepro.regress", "--spec", str(path), "--dry-run", "--output", str(tmp_path / "runs"))
+    result = run_module("vtrepro.regress", "--spec", path, "--dry-run", "--output", tmp_path / "runs", capsys=capsys)
     assert_cli_error(result, f"{path}:{line}: ", fragment)
     assert not (tmp_path / "runs").exists()
 
@@ -266,10 +257,10 @@ def test_invalid_recipe_value_rejected_at_load(tmp_path: Path, old: str, new: st
     assert_one_line_error(error.value, path, line, fragment)
 
 
-def test_invalid_recipe_value_rejected_by_dry_run(tmp_path: Path) -> None:
+def test_invalid_recipe_value_rejected_by_dry_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "recipe.yaml"
     path.write_text(edited(RECIPE, "init: topology", "init: topolgy"))
-    result = run("-m", "vtrepro", "train", "--config", str(path), "--dry-run", "--output", str(tmp_path / "run"))
+    result = run_module("vtrepro", "train", "--config", path, "--dry-run", "--output", tmp_path / "run", capsys=capsys)
     assert_cli_error(result, f"{path}:4: ", "init must be one of topology")
     assert not (tmp_path / "run").exists()
 
@@ -287,17 +278,10 @@ def test_numeric_option_out_of_range(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert not any(tmp_path.iterdir())
 
 
-def test_numeric_option_out_of_range_from_the_shell(tmp_path: Path) -> None:
-    result = run("-m", "vtrepro", "calibrate", "--model", "m", "--dataset", "d", "--out", "o", "--cut-percent", "150",
-                 cwd=tmp_path)
+def test_numeric_option_out_of_range_from_the_shell(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = run_module("vtrepro", "calibrate", "--model", "m", "--dataset", "d", "--out", "o", "--cut-percent", "150",
+                        capsys=capsys)
     assert_cli_error(result, "argument --cut-percent: expected a number in (0, 100)")
     assert not (tmp_path / "o").exists()
-
-
-@pytest.mark.parametrize(("module", "heavy"), HELP_CASES, ids=[case[0] for case in HELP_CASES])
-def test_help_imports_nothing_heavy(module: str, heavy: tuple[str, ...]) -> None:
-    code = (f"import sys\nfrom {COMMANDS[module][0]} import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-            f"print(sorted(name for name in {heavy!r} if name in sys.modules))")
-    result = run("-c", code)
-    assert result.returncode == 0 and "usage: python -m vtrepro " + module in result.stdout, result.stderr
-    assert result.stdout.rstrip().splitlines()[-1] == "[]"

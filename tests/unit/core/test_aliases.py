@@ -10,6 +10,7 @@ import pytest
 from vtrepro.__main__ import COMMANDS
 
 
+@pytest.mark.slow  # a process per command: its point is the interpreter's own `-m` handling (runpy warnings included)
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_module_spelling_runs_the_command(command: str) -> None:
     result = subprocess.run([sys.executable, "-m", f"vtrepro.{command}", "--help"], capture_output=True, text=True,

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_one_error_line
+from helpers import run_command, run_module, write_vectors
 from vtrepro.core.cli import cli_entry
 from vtrepro.core.errors import VtreproError
 from vtrepro.evaluate.trec import main as evaluate_main
@@ -27,29 +28,10 @@ from vtrepro.search.command import main as search_main
 GOOD = [{"id": f"d{i}", "contents": "", "vector": {"paris": i + 1, "france": 2}} for i in range(3)]
 
 
-def run_command(main, argv, capsys) -> tuple[int, str, str]:
-    """Run a command in-process as its ``python -m`` entry does; returns (exit status, stdout, stderr)."""
-    code = cli_entry(main)([str(arg) for arg in argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-
-
-
 def snapshot(folder: Path) -> dict[str, str]:
     """Every file's SHA-256 under ``folder``: equal snapshots mean nothing there was touched."""
     return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
             for path in sorted(folder.rglob("*")) if path.is_file()}
-
-
-def write_vectors(folder: Path, records: list, extra_line: str | bytes | None = None) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    data = "".join(json.dumps(record) + "\n" for record in records).encode()
-    if extra_line is not None:
-        data += extra_line if isinstance(extra_line, bytes) else extra_line.encode() + b"\n"
-    (folder / "part-00000.jsonl").write_bytes(data)
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -153,14 +135,14 @@ BAD_SOURCES = {
 
 
 @pytest.mark.parametrize("case", BAD_SOURCES, ids=list(BAD_SOURCES))
-def test_ids_anserini_cannot_carry_are_refused_at_the_source(case, tmp_path):
+def test_ids_anserini_cannot_carry_are_refused_at_the_source(case, tmp_path, capsys):
     where, corpus, queries, qrels = BAD_SOURCES[case]
     data = _mini_beir(tmp_path / "data", corpus, queries, qrels)
     spec = tmp_path / "spec.yaml"
     spec.write_text("conditions:\n  bm25:\n    retrieval: bm25\n    datasets:\n      mini:\n")
-    result = subprocess.run([sys.executable, "-m", "vtrepro.regress", "--spec", str(spec), "--data-dir", str(data),
-                             "--output", str(tmp_path / "runs")], capture_output=True, text=True)
-    assert_one_error_line(result.returncode, result.stderr, where)
+    code, _, stderr = run_module("vtrepro.regress", "--spec", spec, "--data-dir", data, "--output", tmp_path / "runs",
+                                 capsys=capsys)
+    assert_one_error_line(code, stderr, where)
 
 
 # -- Class 2: nothing already written is lost --------------------------------------------------------
@@ -249,8 +231,7 @@ def test_search_on_a_missing_or_wrong_index_keeps_the_previous_run(index, tmp_pa
     assert run.read_text() == "q1 Q0 d0 1 5.000000 earlier\n"
 
 
-@pytest.mark.slow  # over 4 s: keeps the fast run under 3 minutes
-def test_regress_keeps_the_results_of_runs_that_finished(tmp_path):
+def test_regress_keeps_the_results_of_runs_that_finished(tmp_path, capsys):
     data = _mini_beir(tmp_path / "data", GOOD_CORPUS, GOOD_QUERIES, GOOD_QRELS)
     bad = data / "beir" / "broken"
     (bad / "qrels").mkdir(parents=True)
@@ -259,9 +240,9 @@ def test_regress_keeps_the_results_of_runs_that_finished(tmp_path):
     (bad / "qrels" / "test.tsv").write_text(GOOD_QRELS)
     spec = tmp_path / "spec.yaml"
     spec.write_text("conditions:\n  bm25:\n    retrieval: bm25\n    datasets:\n      mini:\n      broken:\n")
-    result = subprocess.run([sys.executable, "-m", "vtrepro.regress", "--spec", str(spec), "--data-dir", str(data),
-                             "--output", str(tmp_path / "runs")], capture_output=True, text=True)
-    assert_one_error_line(result.returncode, result.stderr, "bm25/broken", "corpus.jsonl:2", "report.md")
+    code, _, stderr = run_module("vtrepro.regress", "--spec", spec, "--data-dir", data, "--output", tmp_path / "runs",
+                                 capsys=capsys)
+    assert_one_error_line(code, stderr, "bm25/broken", "corpus.jsonl:2", "report.md")
     results = json.loads((tmp_path / "runs" / "spec" / "results.json").read_text())
     by_dataset = {(row["dataset"], row["metric"]): row for row in results["rows"]}
     assert by_dataset[("mini", "ndcg@10")]["observed"] == 1.0
@@ -336,11 +317,11 @@ def test_unexpected_internal_error_is_one_line_with_a_debug_hint():
 @pytest.mark.parametrize(("argv", "expected"), [(["--threads", "0"], "expected an integer >= 1"),
                                               (["--k", "-3"], "expected an integer in [1, 10000]"),
                                               (["--k", "ten"], "expected an integer in [1, 10000]")])
-def test_search_numeric_options_are_range_checked(argv, expected, good_index, tmp_path):
-    result = subprocess.run([sys.executable, "-m", "vtrepro.search", "--index", str(good_index), "--queries", "q",
-                             "--output", str(tmp_path / "run"), *argv], capture_output=True, text=True)
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert expected in result.stderr.splitlines()[-1]
+def test_search_numeric_options_are_range_checked(argv, expected, good_index, tmp_path, capsys):
+    code, _, stderr = run_module("vtrepro.search", "--index", good_index, "--queries", "q", "--output", tmp_path / "run",
+                                 *argv, capsys=capsys)
+    assert code == 2 and "Traceback" not in stderr
+    assert expected in stderr.splitlines()[-1]
     assert not (tmp_path / "run").exists()
 
 

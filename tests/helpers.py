@@ -1,0 +1,221 @@
+"""Helpers the tests share: small input writers, commands run in process, real sub-collections and the
+session's encode cache. Fixtures live in ``conftest.py``; anything two test files need lives here, once."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import runpy
+import shutil
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from vtrepro.core.cli import cli_entry
+from vtrepro.encode.folder import TIMINGS_NAME
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+# Small input files ---------------------------------------------------------------------------------------
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    """``records`` as JSON lines at ``path`` (its folder made)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return path
+
+
+def write_vectors(folder: Path, documents: dict[str, dict[str, int]] | list[dict],
+                  extra_line: str | bytes | None = None) -> Path:
+    """A JsonVectorCollection folder of one shard: ``documents`` as id -> term -> impact (written as Pyserini's
+    records), or records as they are (malformed ones too), then ``extra_line`` as it is."""
+    folder.mkdir(parents=True, exist_ok=True)
+    records = documents if isinstance(documents, list) else [{"id": doc_id, "contents": "", "vector": vector}
+                                                             for doc_id, vector in documents.items()]
+    data = "".join(json.dumps(record) + "\n" for record in records).encode()
+    if extra_line is not None:
+        data += extra_line if isinstance(extra_line, bytes) else extra_line.encode() + b"\n"
+    (folder / "part-00000.jsonl").write_bytes(data)
+    return folder
+
+
+def write_recipe(path: Path, recipe: dict) -> Path:
+    """A training recipe (a dict) as YAML at ``path``."""
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    return path
+
+
+def nfcorpus_triples(path: Path, data_dir: Path, count: int) -> Path:
+    """The first ``count`` NFCorpus train queries, each with a judged document and a seeded random unjudged one
+    as ``query<TAB>positive<TAB>negative`` lines."""
+    from vtrepro.data.beir import load_dataset
+
+    dataset = load_dataset("nfcorpus", data_dir)
+    corpus = {document.doc_id: document.contents for document in dataset.corpus()}
+    queries, qrels = dataset.queries("train"), dataset.qrels("train")
+    rng, ids, lines = random.Random(0), sorted(corpus), []
+    for qid, judged in list(qrels.items())[:count]:
+        positive = next(doc_id for doc_id in judged if doc_id in corpus)
+        negative = rng.choice([doc_id for doc_id in rng.sample(ids, 5) if doc_id not in judged])
+        lines.append(f"{queries[qid]}\t{corpus[positive]}\t{corpus[negative]}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# Commands in process -------------------------------------------------------------------------------------
+
+def run_command(main: Callable[..., Any], argv: list, capsys) -> tuple[int, str, str]:
+    """A command run in process as its ``python -m`` entry runs it (argparse's exit included):
+    ``(exit status, stdout, stderr)``."""
+    try:
+        code = cli_entry(main)([str(arg) for arg in argv])
+    except SystemExit as exited:
+        code = exited.code if isinstance(exited.code, int) else 0 if exited.code is None else 2
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def run_module(module: str, *args, capsys) -> tuple[int, str, str]:
+    """``python -m <module> <args>`` run in this process as the interpreter runs it (``runpy``: the module's, or
+    its package's ``__main__``, with ``sys.argv`` set): ``(exit status, stdout, stderr)``. For tests of a
+    command's behaviour; a test whose point is a separate process (its start, a kill, a whole process's
+    stderr with Java's) starts one."""
+    argv = sys.argv
+    sys.argv = [module, *map(str, args)]
+    try:
+        with warnings.catch_warnings():  # runpy warns when an alias module was imported before: not a user's case
+            warnings.filterwarnings("ignore", category=RuntimeWarning, module="runpy")
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exited:
+        code = exited.code if isinstance(exited.code, int) else 0 if exited.code is None else 1
+    finally:
+        sys.argv = argv
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# Real sub-collections ------------------------------------------------------------------------------------
+
+def write_sub_collection(source, root: Path, name: str, distractors: int, split: str = "test") -> Path:
+    """A BEIR folder ``root/beir/<name>`` cut from the dataset ``source``: every document judged for ``split``'s
+    queries and the first ``distractors`` others, in corpus order, with that split's queries and qrels. Each
+    query keeps all its judged documents, so its ideal ranking (nDCG's denominator) is the full collection's;
+    only the unjudged competition shrinks. Returns the data root ``root``."""
+    qrels = source.qrels(split)
+    judged = {doc_id for documents in qrels.values() for doc_id in documents}
+    others = 0
+    kept = []
+    for document in source.corpus():
+        if document.doc_id in judged:
+            kept.append(document)
+        elif others < distractors:
+            kept.append(document)
+            others += 1
+    folder = root / "beir" / name
+    write_jsonl(folder / "corpus.jsonl", [{"_id": document.doc_id, "title": document.title, "text": document.text}
+                                          for document in kept])
+    write_jsonl(folder / "queries.jsonl", [{"_id": qid, "text": text} for qid, text in source.queries(split).items()])
+    present = {document.doc_id for document in kept}
+    (folder / "qrels").mkdir()
+    (folder / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{qid}\t{doc_id}\t{score}\n" for qid, documents in qrels.items()
+        for doc_id, score in documents.items() if doc_id in present))
+    return root
+
+
+# The encode cache ----------------------------------------------------------------------------------------
+
+CODE_FOLDERS = ("vtrepro/model", "vtrepro/encode")
+"""The code that makes encoded vectors: its source is part of every cache key, so a kept cache
+(``VTREPRO_TEST_CACHE``) is never reused across a change to it."""
+
+
+def _code_digest() -> str:
+    digest = hashlib.sha256()
+    for folder in CODE_FOLDERS:
+        for path in sorted((REPO_ROOT / folder).glob("*.py")):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+class EncodeCache:
+    """Encoded corpora by what makes them (model weights and vocabulary, corpus, every encoder, quantization
+    and shard setting: the manifest's own settings, and the encoding code), so a test session encodes each
+    corpus once whatever number of tests ask for it. Entries are complete ``encode`` folders; :meth:`seed`
+    copies one where a command will look for it, whose resumable shards then find every shard done.
+
+    The cache lives in the session's temporary folder, or in ``VTREPRO_TEST_CACHE`` to keep it between
+    sessions (keys include the code's digest, so a change to the encoder invalidates it)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.hits: list[str] = []
+        self.misses: list[str] = []
+        self._code = _code_digest()
+
+    def folder(self, encoder, documents, quantization=None) -> Path:
+        """The complete encoded folder of ``documents`` by ``encoder`` (with ``quantization``, default the
+        toolkit's), encoded now unless the cache has it."""
+        from vtrepro.encode.manifest import settings_digest
+        from vtrepro.encode.vectors import Quantization
+        from vtrepro.encode.writer import encode_corpus, encoding_settings
+
+        quantization = quantization or Quantization()
+        settings = encoding_settings(encoder, documents, quantization)
+        key = hashlib.sha256(f"{settings_digest(settings)} {self._code}".encode()).hexdigest()[:20]
+        folder = self.root / key
+        label = f"{Path(str(getattr(encoder.model, 'name_or_path', ''))).name}: {len(documents)} documents ({key})"
+        if (folder / "manifest.json").is_file() and json.loads((folder / "manifest.json").read_text())["complete"]:
+            self.hits.append(label)
+            return folder
+        self.misses.append(label)
+        shutil.rmtree(folder, ignore_errors=True)
+        encode_corpus(encoder, documents, folder, quantization, show_progress=False)
+        return folder
+
+    @staticmethod
+    def seed(folder: Path, target: Path) -> Path:
+        """Copy the cached encoded ``folder`` (manifest, shards, receipts) to ``target``, a folder that
+        ``encode`` or ``regress`` will then resume with nothing left to encode."""
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(folder, target)
+        return target
+
+    def summary(self) -> str:
+        """One line: hits and misses, then each miss (what was encoded)."""
+        return (f"encode cache: {len(self.hits)} hits, {len(self.misses)} misses"
+                + "".join(f"\n  encoded: {label}" for label in self.misses)
+                + "".join(f"\n  reused:  {label}" for label in self.hits))
+
+
+def cache_root(default: Path) -> Path:
+    """Where the session's encode cache lives: ``VTREPRO_TEST_CACHE`` when set, else ``default``."""
+    kept = os.environ.get("VTREPRO_TEST_CACHE")
+    return Path(kept).resolve() if kept else default
+
+
+def repeated_encodings(root: Path, minimum_documents: int) -> list[str]:
+    """Encoded folders under ``root`` (a test session's temporary folders) whose manifests record the same
+    settings but whose timings differ: the same corpus encoded more than once (a copy from the cache carries
+    its ``timings.json`` byte for byte, an encoding writes its own seconds). Only corpora of at least
+    ``minimum_documents`` documents count: encoding tests encode small inputs on purpose."""
+    encodings: dict[str, set[str]] = {}
+    for manifest_path in root.rglob("manifest.json"):
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(manifest, dict) or not manifest.get("complete") or manifest.get("documents", 0) < minimum_documents:
+            continue
+        settings = json.dumps(manifest.get("settings"), sort_keys=True)
+        timings = manifest_path.parent / TIMINGS_NAME
+        encodings.setdefault(settings, set()).add(hashlib.sha256(timings.read_bytes()).hexdigest()
+                                                  if timings.is_file() else str(manifest_path))
+    return [f"corpus {json.loads(settings)['corpus_sha256'][:12]}: encoded {len(runs)} times with the same settings"
+            for settings, runs in encodings.items() if len(runs) > 1]
