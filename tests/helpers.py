@@ -50,6 +50,15 @@ def write_recipe(path: Path, recipe: dict) -> Path:
     return path
 
 
+def triples_recipe(model: Path, triples: Path, **training) -> dict:
+    """A recipe of a few training steps on a triples file (InfoNCE, FLOPS weights 0.001): batch 2, lengths 16
+    and 32, one step unless ``training`` says otherwise (its keys replace the defaults)."""
+    return {"model": str(model), "data": {"format": "triples", "path": str(triples)},
+            "loss": {"ranking": "infonce", "lambda_q": 0.001, "lambda_d": 0.001},
+            "training": {"steps": 1, "batch_size": 2, "lr": 5.0e-5, "max_length_query": 16, "max_length_doc": 32,
+                         "save_every": 100, **training}}
+
+
 def nfcorpus_triples(path: Path, data_dir: Path, count: int) -> Path:
     """The first ``count`` NFCorpus train queries, each with a judged document and a seeded random unjudged one
     as ``query<TAB>positive<TAB>negative`` lines."""

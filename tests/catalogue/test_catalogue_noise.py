@@ -5,7 +5,6 @@ its stderr captured as a log would (not a terminal).
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_one_error_line
+from helpers import write_jsonl
 from vtrepro.core.java import java_version
 
 DOCUMENTS = ["heart attack causes and risk factors", "protein folding in yeast cells", "heart rate variability",
@@ -40,11 +40,6 @@ def run(module: str, *args, env: dict[str, str] | None = None, timeout: float | 
 def assert_one_line_error(result, *fragments: str) -> str:
     code, _, stderr = result
     return assert_one_error_line(code, stderr, *fragments)
-
-
-def write_jsonl(path: Path, records: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(record) + "\n" for record in records))
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ from ruamel.yaml import YAML
 from test_catalogue import small_file_system
 
 from conftest import assert_one_error_line, write_mini_beir
+from helpers import write_jsonl
 from vtrepro.bench import main as bench_main
 from vtrepro.core.cli import Command, cli_entry
 from vtrepro.encode.writer import main as encode_main
@@ -68,12 +69,6 @@ def tree_state(root: Path) -> dict[str, tuple[str, str]]:
         else:
             state[str(path.relative_to(root))] = ("other", stat.filemode(mode)[0])
     return state
-
-
-def write_jsonl(path: Path, records: list[dict]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(record) + "\n" for record in records))
-    return path
 
 
 def linked_model(source: Path, folder: Path) -> Path:

@@ -19,10 +19,10 @@ import tarfile
 from pathlib import Path
 
 import pytest
-import yaml
 
 import vtrepro.__main__
 from conftest import MINI_CORPUS, assert_one_error_line, write_mini_beir
+from helpers import triples_recipe, write_recipe
 from vtrepro.core.cli import cli_entry
 from vtrepro.regress.bundle import checksum_path
 from vtrepro.training.distributed import Processes
@@ -113,15 +113,6 @@ def texts(tmp_path_factory) -> dict[str, Path]:
     return {"corpus": corpus, "triples": triples, "data": write_mini_beir(folder / "data")}
 
 
-def write_recipe(path: Path, model: Path, triples: Path, steps: int = 1, save_every: int = 100) -> Path:
-    recipe = {"model": str(model), "data": {"format": "triples", "path": str(triples)},
-              "loss": {"ranking": "infonce", "lambda_q": 0.001, "lambda_d": 0.001},
-              "training": {"steps": steps, "batch_size": 2, "lr": 5.0e-5, "max_length_query": 16,
-                           "max_length_doc": 32, "save_every": save_every}}
-    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
-    return path
-
-
 def write_spec(path: Path, model: Path) -> Path:
     path.write_text(f"conditions:\n  tiny:\n    model: {model}\n"
                     "    encoder: {max_length_doc: 32, max_length_query: 16, batch_size: 2}\n"
@@ -142,7 +133,8 @@ def command(name: str, model: Path, splade_tiny: Path, texts: dict[str, Path], w
                                "--reference", model, "--out", out],
         "calibrate": ["calibrate", "--model", model, *corpus, "--docs", 3, "--output", out],
         "mlm": ["mlm", "--model", model, *corpus, "--steps", 1, "--batch-size", 2, "--max-length", 16, "--out", out],
-        "train": ["train", "--config", write_recipe(work / "tiny.yaml", model, texts["triples"]), "--output", out],
+        "train": ["train", "--config", write_recipe(work / "tiny.yaml", triples_recipe(model, texts["triples"])),
+                  "--output", out],
         "regress": ["regress", "--spec", write_spec(work / "mini_spec.yaml", model), "--data-dir", texts["data"],
                     "--output", out, "--record"],  # --record: the unpinned spec's figures are written, exit 0
     }
@@ -272,7 +264,7 @@ class _Interrupted(Trainer):
 def interrupted(tmp_path_factory, splade_tiny: Path, texts) -> tuple[Path, Path]:
     """(recipe, run folder) of a 2-step run interrupted after its step-1 checkpoint."""
     folder = tmp_path_factory.mktemp("interrupted")
-    recipe = write_recipe(folder / "resume.yaml", splade_tiny, texts["triples"], steps=2, save_every=1)
+    recipe = write_recipe(folder / "resume.yaml", triples_recipe(splade_tiny, texts["triples"], steps=2, save_every=1))
     run = folder / "run"
     _Interrupted(load_recipe(recipe), str(splade_tiny), run, None, None, Processes()).train()
     assert (run / "checkpoint-000001" / STATE_NAME).is_file() and not (run / "final").exists()
@@ -299,7 +291,7 @@ def test_a_pickled_trainer_state_is_refused_before_anything_runs(dry_run, splade
     (run / "data").mkdir()
     (run / "data" / ".prepared").touch()
     (run / "train_log.jsonl").write_text(json.dumps({"step": 1, "loss": 0.5}) + "\n")
-    recipe = write_recipe(tmp_path / "resume.yaml", splade_tiny, texts["triples"], steps=2, save_every=1)
+    recipe = write_recipe(tmp_path / "resume.yaml", triples_recipe(splade_tiny, texts["triples"], steps=2, save_every=1))
     before = snapshot(run)
     code, stderr = vtrepro_command(["train", "--config", recipe, "--output", run, *(["--dry-run"] * dry_run)], capsys)
     assert_one_error_line(code, stderr, str(checkpoint / PICKLED_STATE_NAME), "never unpickles",

@@ -14,7 +14,6 @@ step, or a batch split the wrong way, fails it.
 """
 import json
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -24,9 +23,8 @@ import yaml
 from multinode import run_two_agents
 from safetensors.torch import load_file
 
-from helpers import REPO_ROOT
+from helpers import REPO_ROOT, nfcorpus_triples
 from vtrepro.core.io import read_jsonl
-from vtrepro.data.beir import load_dataset
 from vtrepro.training.run_folder import LOG_NAME
 
 pytestmark = pytest.mark.slow
@@ -36,20 +34,6 @@ WEIGHT_TOLERANCE = 2e-5
 UPDATE_RELATIVE_TOLERANCE = 1.5e-3
 
 
-def nfcorpus_triples(path: Path, data_dir: Path, count: int = 48) -> Path:
-    """The first ``count`` NFCorpus train queries, each with a judged document and a seeded random unjudged one."""
-    dataset = load_dataset("nfcorpus", data_dir)
-    corpus = {document.doc_id: document.contents for document in dataset.corpus()}
-    queries, qrels = dataset.queries("train"), dataset.qrels("train")
-    rng, ids, lines = random.Random(0), sorted(corpus), []
-    for qid, judged in list(qrels.items())[:count]:
-        positive = next(doc_id for doc_id in judged if doc_id in corpus)
-        negative = rng.choice([doc_id for doc_id in rng.sample(ids, 5) if doc_id not in judged])
-        lines.append(f"{queries[qid]}\t{corpus[positive]}\t{corpus[negative]}")
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 def losses_of(run: Path) -> list[float]:
     return [record["loss"] for _, record in read_jsonl(run / LOG_NAME)]
 
@@ -57,7 +41,7 @@ def losses_of(run: Path) -> list[float]:
 def test_two_agents_train_what_one_process_does(tmp_path, splade_tiny, data_dir) -> None:
     recipe = {
         "model": str(splade_tiny),
-        "data": {"format": "triples", "path": str(nfcorpus_triples(tmp_path / "triples.tsv", data_dir))},
+        "data": {"format": "triples", "path": str(nfcorpus_triples(tmp_path / "triples.tsv", data_dir, 48))},
         "loss": {"ranking": "infonce", "lambda_q": 0.001, "lambda_d": 0.001, "flops_warmup_steps": 4},
         "training": {"steps": 6, "batch_size": 4, "lr": 5.0e-5, "max_length_query": 16, "max_length_doc": 64,
                      "save_every": 100, "dropout": 0.0, "cpu_threads": 1},

@@ -15,9 +15,10 @@ from vtrepro.model.idf import IDF_NAME, IdfQueryEncoder
 
 CORPUS = ["the cat sat on the mat", "the dog ran", "a cat and a dog"]
 DISTRACTORS = 200
-NDCG_FLOOR = 0.60
-"""Below the inference-free model's nDCG@10 on the SciFact sub-collection of the end-to-end test (measured
-there: see the test; on whole SciFact, before the test was right-sized, 0.6556 against this same floor)."""
+NDCG_FLOOR = 0.77
+"""Below the inference-free model's nDCG@10 on the SciFact sub-collection of the end-to-end test by the margin
+the whole-SciFact floor had: measured 0.828 there (AVX-512 EPYC), and 0.6556 on whole SciFact against 0.60
+before the test was right-sized (splade-tiny with its own queries: 0.8125 on the sub-collection)."""
 
 
 @pytest.fixture(scope="module")
@@ -127,4 +128,5 @@ def test_inference_free_model_trains_indexes_and_evaluates_on_scifact(tmp_path: 
     assert manifest["complete"]
     build_impact_index(tmp_path / "encoded" / "vectors", tmp_path / "index")
     scores = evaluate_run(search_impact(tmp_path / "index", query_vectors), dataset.qrels("test"))
+    print("inference-free nDCG@10 on the scifact sub-collection:", scores["ndcg@10"])
     assert scores["ndcg@10"] > NDCG_FLOOR, scores

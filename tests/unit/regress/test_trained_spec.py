@@ -3,19 +3,12 @@ import json
 import re
 
 import pytest
-from ruamel.yaml import YAML
 
+from helpers import triples_recipe, write_recipe
 from vtrepro.regress.runner import main as regress
 
 TRIPLES = [("what causes heart attacks", "heart attack causes and risk factors", "protein folding in yeast cells"),
            ("yeast protein folding", "protein folding in yeast cells", "heart rate")]
-
-
-def write_recipe(path, model, triples, lr=5.0e-5) -> None:
-    YAML().dump({"model": str(model), "data": {"format": "triples", "path": str(triples)},
-                 "loss": {"ranking": "infonce", "lambda_q": 0.001, "lambda_d": 0.001},
-                 "training": {"steps": 2, "batch_size": 2, "lr": lr, "max_length_query": 16,
-                              "max_length_doc": 32, "save_every": 100, "cpu_threads": 1}}, path)
 
 
 @pytest.mark.slow
@@ -23,7 +16,7 @@ def test_train_condition_trains_once_then_evaluates(tmp_path, splade_tiny, mini_
     triples = tmp_path / "triples.tsv"
     triples.write_text("".join("\t".join(triple) + "\n" for triple in TRIPLES))
     recipe = tmp_path / "mini_ft.yaml"
-    write_recipe(recipe, splade_tiny, triples)
+    write_recipe(recipe, triples_recipe(splade_tiny, triples, steps=2, cpu_threads=1))
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"conditions:\n  ft:\n    train: {recipe}\n    datasets:\n      mini:\n")
     arguments = ["--spec", str(spec), "--data-dir", str(mini_beir), "--output", str(tmp_path / "runs")]
@@ -39,6 +32,7 @@ def test_train_condition_trains_once_then_evaluates(tmp_path, splade_tiny, mini_
     regress(arguments)  # the trained model is reused, not retrained
     assert "training " not in capfd.readouterr().err
 
-    write_recipe(recipe, splade_tiny, triples, lr=1.0e-4)  # the recipe changed: the old model is refused
+    # the recipe changed: the old model is refused
+    write_recipe(recipe, triples_recipe(splade_tiny, triples, steps=2, cpu_threads=1, lr=1.0e-4))
     assert regress(arguments) == 2
     assert re.search(r"error: ft/mini: .*was not trained from the current .*mini_ft.yaml; remove", capfd.readouterr().err)

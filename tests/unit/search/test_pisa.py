@@ -10,6 +10,7 @@ import pytest
 
 import vtrepro
 from conftest import HAND_MADE_DOCS, assert_one_error_line
+from helpers import write_vectors
 from vtrepro.bench import main as bench_main
 from vtrepro.core.errors import VtreproError
 from vtrepro.encode.reader import read_query_vectors
@@ -38,14 +39,6 @@ QUERIES = {
     "nothing": {"absent": 4},
     "empty": {},
 }
-
-
-def write_vectors(folder, docs):
-    folder.mkdir(parents=True)
-    with open(folder / "part-00000.jsonl", "w") as handle:
-        for doc_id, vector in docs.items():
-            handle.write(json.dumps({"id": doc_id, "contents": "", "vector": vector}) + "\n")
-    return folder
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 from safetensors.torch import load_file, save_file
 
-from helpers import REPO_ROOT
+import helpers
+from helpers import REPO_ROOT, write_recipe
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import read_jsonl
-from vtrepro.data.beir import load_dataset
 from vtrepro.training.data import (
     PairTrainingSet,
     TriplesTrainingSet,
@@ -51,11 +50,6 @@ REPO = REPO_ROOT
 RECIPES = REPO / "regressions" / "recipes"
 
 
-def write_recipe(path: Path, recipe: dict) -> Path:
-    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
-    return path
-
-
 def tiny_recipe(model: Path, triples: Path, **training) -> dict:
     """A few-step recipe on a triples file: batch 4, max length 64."""
     return {
@@ -74,21 +68,7 @@ def losses_of(output: Path) -> list[float]:
 @pytest.fixture(scope="module")
 def nfcorpus_triples(tmp_path_factory, data_dir: Path) -> Path:
     """The first 100 nfcorpus train pairs with a seeded random unjudged document as negative."""
-    dataset = load_dataset("nfcorpus", data_dir)
-    corpus = {document.doc_id: document.contents for document in dataset.corpus()}
-    queries, qrels = dataset.queries("train"), dataset.qrels("train")
-    rng = random.Random(0)
-    ids = sorted(corpus)
-    lines = []
-    for qid, judged in qrels.items():
-        positive = next(doc_id for doc_id in judged if doc_id in corpus)
-        negative = rng.choice([doc_id for doc_id in rng.sample(ids, 5) if doc_id not in judged])
-        lines.append(f"{queries[qid]}\t{corpus[positive]}\t{corpus[negative]}")
-        if len(lines) == 100:
-            break
-    path = tmp_path_factory.mktemp("triples") / "triples.tsv"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return helpers.nfcorpus_triples(tmp_path_factory.mktemp("triples") / "triples.tsv", data_dir, 100)
 
 
 # ---------------------------------------------------------------------------- recipes
