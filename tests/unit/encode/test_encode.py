@@ -57,6 +57,7 @@ def test_fresh_encodings_are_byte_identical(tmp_path, tiny_encoder, scifact_samp
     assert shard_bytes(tmp_path / "a") == shard_bytes(tmp_path / "b")
 
 
+@pytest.mark.slow  # over 1.5 s (AVX-512 EPYC): keeps the fast tier under 90 s
 def test_interrupted_encode_resumes_without_duplicates_or_gaps(tmp_path, tiny_encoder, scifact_sample):
     encoder = windowed(tiny_encoder, 10)  # shard of 25 = windows 0-2, then 2 (kept), 3, 4: five encode calls
     reference = encode_corpus(encoder, scifact_sample, tmp_path / "whole", shard_size=25, show_progress=False)
@@ -94,6 +95,7 @@ def test_other_settings_in_the_same_folder_are_refused(tmp_path, tiny_encoder, s
         encode_corpus(tiny_encoder, scifact_sample[:10], tmp_path, Quantization(scale=10), shard_size=25, show_progress=False)
 
 
+@pytest.mark.slow  # over 1.5 s (AVX-512 EPYC): keeps the fast tier under 90 s
 def test_a_regression_folder_from_other_settings_is_encoded_again(tmp_path, tiny_encoder, scifact_sample):
     """Regress owns its artifact folders: after a spec change it re-encodes rather than refusing."""
     encode_corpus(tiny_encoder, scifact_sample[:30], tmp_path / "reused", shard_size=10, show_progress=False)
@@ -125,6 +127,7 @@ def test_queries_file_holds_integer_vectors(tmp_path, tiny_encoder):
     assert all(isinstance(weight, int) for weight in vectors["q1"].values())
 
 
+@pytest.mark.slow  # over 1.5 s (AVX-512 EPYC): keeps the fast tier under 90 s
 def test_progress_moves_per_batch_and_resumes_at_the_window(tmp_path, tiny_encoder, scifact_sample, capsys, monkeypatch):
     """In a log, with interim lines forced on, one line per batch of documents (not per shard), then the summary."""
     import vtrepro.core.progress
@@ -143,6 +146,7 @@ def test_progress_moves_per_batch_and_resumes_at_the_window(tmp_path, tiny_encod
     assert lines[-1].startswith("encode documents: 60 doc, resumed at 16 in ")
 
 
+@pytest.mark.slow  # over 1.5 s (AVX-512 EPYC): keeps the fast tier under 90 s
 def test_temporary_files_of_a_killed_run_are_removed_on_resume(tmp_path, tiny_encoder, scifact_sample):
     """atomic_write's hidden temporary files survive a kill -9: resuming deletes them, and they are never counted."""
     reference = encode_corpus(tiny_encoder, scifact_sample, tmp_path / "whole", shard_size=25, show_progress=False)

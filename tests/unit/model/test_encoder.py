@@ -151,6 +151,7 @@ def test_other_architectures(architecture: str, splade_tiny: Path, tmp_path: Pat
     torch.testing.assert_close(encoder.max_logits(TEXTS), naive_max_logits(encoder, TEXTS, MAX_LENGTH_DOC), atol=1e-4, rtol=0)
 
 
+@pytest.mark.slow  # over 1.5 s (AVX-512 EPYC): keeps the fast tier under 90 s
 def test_a_bfloat16_body_keeps_the_head_in_float32_and_agrees_with_float32(tiny_encoder, splade_tiny, scifact_sample):
     """The half-precision path on CPU: the body in bfloat16, the head, pooling and bias in float32. Its vectors
     are their own tier: measured here on 60 SciFact documents, 99% of active terms shared on average."""

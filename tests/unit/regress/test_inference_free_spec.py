@@ -2,12 +2,14 @@
 import json
 import shutil
 
+import pytest
 from transformers import AutoTokenizer
 
 from vtrepro.model.idf import IdfQueryEncoder
 from vtrepro.regress.runner import main as regress
 
 
+@pytest.mark.slow  # over 1.5 s (AVX-512 EPYC): keeps the fast tier under 90 s
 def test_inference_free_condition_runs_end_to_end(tmp_path, splade_tiny, mini_beir):
     model = tmp_path / "model"
     shutil.copytree(splade_tiny, model)

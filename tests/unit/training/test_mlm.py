@@ -5,6 +5,7 @@ import json
 import math
 from pathlib import Path
 
+import pytest
 import torch
 from transformers import AutoTokenizer
 
@@ -44,6 +45,7 @@ def test_cosine_schedule_after_the_warm_up() -> None:
     assert factor(8) == 0.5 and abs(factor(11) - 0.5 * (1 + math.cos(7 / 8 * math.pi))) < 1e-12
 
 
+@pytest.mark.slow  # over 1.5 s (AVX-512 EPYC): keeps the fast tier under 90 s
 def test_authors_preset_reads_the_new_tokens_of_a_transfer(splade_tiny: Path, data_dir: Path, tmp_path: Path) -> None:
     transferred = tmp_path / "vt"
     report = run_transfer(splade_tiny, transferred, TransferOptions(str(splade_tiny), str(splade_tiny), "topology",

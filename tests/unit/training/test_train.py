@@ -120,6 +120,7 @@ def test_paper_recipe_dry_run_prints_plan_and_cost(capsys, monkeypatch) -> None:
         assert expected in plan, expected
 
 
+@pytest.mark.slow  # over 1.5 s (AVX-512 EPYC): keeps the fast tier under 90 s
 def test_paper_recipe_fails_with_one_line_naming_the_missing_model(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     result = subprocess.run(
@@ -286,6 +287,7 @@ def test_training_representations_equal_inference_encoding(tiny_encoder, scifact
 # ---------------------------------------------------------------------------- runs
 
 
+@pytest.mark.slow  # over 1.5 s (AVX-512 EPYC): keeps the fast tier under 90 s
 def test_flops_regularization_lowers_active_terms(tmp_path, splade_tiny, nfcorpus_triples) -> None:
     active = {}
     for name, lambda_d in (("free", 0.0), ("flops", 1.0)):
@@ -298,6 +300,7 @@ def test_flops_regularization_lowers_active_terms(tmp_path, splade_tiny, nfcorpu
     assert active["flops"][1] < 0.7 * active["free"][1], active
 
 
+@pytest.mark.slow  # over 1.5 s (AVX-512 EPYC): keeps the fast tier under 90 s
 def test_mlm_adaptation_lowers_loss_and_saves_a_loadable_model(tmp_path, splade_tiny, data_dir) -> None:
     from vtrepro.model.options import EncoderOptions
     from vtrepro.model.splade import SpladeEncoder

@@ -103,6 +103,7 @@ def test_command_line_saves_the_shifted_checkpoint(
     assert sorted(path.name for path in tmp_path.iterdir()) == ["calibrated", "corpus.jsonl"]
 
 
+@pytest.mark.slow  # over 1.5 s (AVX-512 EPYC): keeps the fast tier under 90 s
 def test_authors_preset_cuts_at_the_sampled_percentile_of_every_logit(splade_tiny: Path, data_dir: Path,
                                                                       tmp_path: Path) -> None:
     """The released probe: document text without title, all vocabulary ids (specials included), zeros and

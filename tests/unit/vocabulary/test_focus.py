@@ -32,6 +32,7 @@ def test_the_gpt2_asset_is_a_cased_bpe_vocabulary_in_roberta_layout(tokenizers: 
     assert len({bpe.convert_tokens_to_ids(token) for token in ("Paris", "ĠParis", "the", "Ġthe", "ĠThe")}) == 5
 
 
+@pytest.mark.slow  # over 1.5 s (AVX-512 EPYC): keeps the fast tier under 90 s
 @pytest.mark.parametrize(("source", "target"), [("gpt2-bpe", "bert-uncased"), ("bert-uncased", "gpt2-bpe"),
                                                 ("bert-uncased", "bert-uncased")])
 def test_focus_match_is_deepfocus_overlap(tokenizers: dict, source: str, target: str) -> None:

@@ -197,6 +197,7 @@ def tiny_model(kind: str, vocab_size: int):
                                                   **shape))
 
 
+@pytest.mark.slow  # over 1.5 s (AVX-512 EPYC): keeps the fast tier under 90 s
 @pytest.mark.parametrize(("kind", "reference"), [("bert", "minilm"), ("bert-untied", "splade"),
                                                  ("roberta", "splade"), ("modernbert", "minilm")])
 def test_architectures_transfer_onto_bert_uncased(
@@ -343,6 +344,7 @@ def test_leaveout_command_line_rejects_a_bad_fraction(splade_tiny: Path, tmp_pat
 # ---------------------------------------------------------------------------- progress
 
 
+@pytest.mark.slow  # over 1.5 s (AVX-512 EPYC): keeps the fast tier under 90 s
 def test_command_line_logs_one_line_per_step_with_its_rate(splade_tiny: Path, tmp_path: Path, capfd) -> None:
     """Not on a terminal, every step prints one summary line with its count and rate; nothing else reaches
     stderr but the closing line (no bar, no third-party log)."""
