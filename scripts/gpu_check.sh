@@ -7,7 +7,7 @@
 #
 #   scripts/gpu_check.sh [--cpu] [--output FILE] [--model DIR] [--model-dir DIR] [--data-dir DIR]
 #
-# --cpu runs the same parts at a tiny size on the CPU (tests/test_gpu_check.py). Models and data come from
+# --cpu runs the same parts at a tiny size on the CPU (tests/integration/test_gpu_check.py). Models and data come from
 # --model-dir/--data-dir or $VTREPRO_MODELS/$VTREPRO_DATA (splade-tiny; BEIR scifact and nfcorpus).
 # Exit status: 0 all parts passed, 1 a part failed or a fingerprint differed, 124 past the time limit
 # (the figures measured until then are kept), 2 bad arguments.

@@ -3,7 +3,7 @@
 The released ``vocab_trans/transform.py`` (zhichao-aws/opensearch-sparse-model-tuning-sample,
 commit 887dd22) takes its overlap from the ``deepfocus`` package (``get_overlapping_tokens`` with
 ``match_symbols=True, exact_match_all=True, fuzzy_match_all=False``). This module applies the same
-rules, written from their description; ``tests/vocabulary/test_focus.py`` checks them against
+rules, written from their description; ``tests/unit/vocabulary/test_focus.py`` checks them against
 ``deepfocus`` itself on real vocabularies.
 
 Every entry gets a *canonical form* from its tokenizer's own decoding: a word-start marker ``▁``

@@ -1,7 +1,7 @@
 """Prebuilt-index tarballs: deterministic writing, the topics format, and the opener refusing hostile archives.
 
 The index here is a folder of stand-in files: the format and the opener never read Lucene's files, only
-their bytes and checksums (Anserini reads a real exported index in tests/regress/test_export_index.py)."""
+their bytes and checksums (Anserini reads a real exported index in tests/integration/test_export_index.py)."""
 import gzip
 import hashlib
 import io
