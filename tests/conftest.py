@@ -303,8 +303,27 @@ def encode_cache(tmp_path_factory) -> EncodeCache:
     return cache
 
 
+_SECONDS_BY_FOLDER: dict[str, float] = {}
+
+
+def timed_folder(nodeid: str) -> str:
+    """The folder a test is timed under: ``unit/<package>``, ``integration`` or ``catalogue``."""
+    parts = nodeid.split("::")[0].split("/")[1:-1]
+    return "/".join(parts[:2] if parts[:1] == ["unit"] else parts[:1]) or "tests"
+
+
+def pytest_runtest_logreport(report) -> None:
+    """Add each test's setup, call and teardown time to its folder's (fixtures count where they are built)."""
+    folder = timed_folder(report.nodeid)
+    _SECONDS_BY_FOLDER[folder] = _SECONDS_BY_FOLDER.get(folder, 0.0) + report.duration
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    """The encode cache's hits and misses, and any real corpus encoded twice with the same settings."""
+    """Seconds per test folder; the encode cache's hits and misses, and any real corpus encoded twice with the
+    same settings."""
+    if _SECONDS_BY_FOLDER:
+        terminalreporter.write_line("seconds per folder: " + ", ".join(
+            f"{folder} {seconds:.0f}" for folder, seconds in sorted(_SECONDS_BY_FOLDER.items(), key=lambda item: -item[1])))
     if not _ENCODE_CACHE:
         return
     terminalreporter.write_line(_ENCODE_CACHE[0].summary())
