@@ -17,6 +17,7 @@ encode       encode.writer         encode a corpus and its queries into quantize
 fingerprint  encode.fingerprint    content fingerprint of vectors; compare two sets
 index        index.lucene          build a Lucene impact index with Anserini
 search       search.command        batch impact search into a TREC run
+pyserini     search.pyserini_command  run a Pyserini command-line module on vtrepro's Java (search, trec_eval)
 evaluate     evaluate.trec         score a run with pytrec_eval; compare two runs
 regress      regress.runner        run a regression spec and check every figure
 export       regress.export        export vectors, prebuilt Lucene indexes (Anserini, Pyserini) or models

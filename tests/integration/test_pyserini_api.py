@@ -14,7 +14,7 @@ from vtrepro.search.pyserini import (
     OPENAI_KEY_VARIABLE,
     EncodedQueries,
     QueryVectors,
-    _placeholder_openai_key,
+    placeholder_openai_key,
     hits_to_run,
     impact_searcher,
 )
@@ -31,11 +31,11 @@ def _write_queries(path, queries):
 
 def test_the_placeholder_key_lives_only_during_the_import_and_never_replaces_the_users(monkeypatch):
     monkeypatch.delenv(OPENAI_KEY_VARIABLE, raising=False)
-    with _placeholder_openai_key():
+    with placeholder_openai_key():
         assert os.environ[OPENAI_KEY_VARIABLE]
     assert OPENAI_KEY_VARIABLE not in os.environ
     monkeypatch.setenv(OPENAI_KEY_VARIABLE, "the-users-key")
-    with _placeholder_openai_key():
+    with placeholder_openai_key():
         assert os.environ[OPENAI_KEY_VARIABLE] == "the-users-key"
     assert os.environ[OPENAI_KEY_VARIABLE] == "the-users-key"
 

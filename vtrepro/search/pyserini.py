@@ -44,7 +44,7 @@ would drop a term every document holds, which vtrepro's search keeps."""
 
 
 @contextlib.contextmanager
-def _placeholder_openai_key() -> Iterator[None]:
+def placeholder_openai_key() -> Iterator[None]:
     """``OPENAI_API_KEY`` set to a placeholder inside the block when the environment has none; a key the user
     set is left as it is."""
     if os.environ.get(OPENAI_KEY_VARIABLE):
@@ -65,7 +65,7 @@ def start_pyserini() -> None:
     """Start the JVM as vtrepro does, then import ``pyserini.search.lucene`` (which then shares that JVM);
     call it before any other ``pyserini`` import. Safe to call again."""
     start_jvm()
-    with _placeholder_openai_key():
+    with placeholder_openai_key():
         import pyserini.search.lucene  # noqa: F401  (its imports build Pyserini's Java classes and an OpenAI client)
 
 
