@@ -5,6 +5,8 @@ import os
 
 import pytest
 
+from conftest import assert_one_error_line
+from helpers import run_command
 from vtrepro.core.errors import VtreproError
 from vtrepro.encode.reader import read_query_vectors
 from vtrepro.encode.vectors import escape_term
@@ -14,10 +16,11 @@ from vtrepro.search.pyserini import (
     OPENAI_KEY_VARIABLE,
     EncodedQueries,
     QueryVectors,
-    placeholder_openai_key,
     hits_to_run,
     impact_searcher,
+    placeholder_openai_key,
 )
+from vtrepro.search.pyserini_command import main as pyserini_main
 from vtrepro.search.runs import read_trec_run
 
 K = 1000  # the regression's k
@@ -124,3 +127,9 @@ def test_pyserini_reproduces_the_regression_run_encoding_the_query_texts(splade_
     first = next(iter(texts))
     assert QueryVectors(encoder.encoder).encode(texts[first]) == recorded[first]  # one query alone, unprepared
     _assert_pyserini_gives_the_run(folder, encoder, list(texts.values()), list(texts))
+
+
+@pytest.mark.parametrize("module", ["search.no_such_module", "no_such_package.lucene", "../search"])
+def test_the_pyserini_command_refuses_a_module_pyserini_lacks_in_one_line(module, capsys):
+    code, _, stderr = run_command(pyserini_main, [module, "--help"], capsys)
+    assert_one_error_line(code, stderr, f"'{module}' is not a module of the installed Pyserini")
