@@ -212,7 +212,8 @@ def cache_root(default: Path) -> Path:
 def repeated_encodings(root: Path, minimum_documents: int) -> list[str]:
     """Encoded folders under ``root`` (a test session's temporary folders) whose manifests record the same
     settings but whose timings differ: the same corpus encoded more than once (a copy from the cache carries
-    its ``timings.json`` byte for byte, an encoding writes its own seconds). Only corpora of at least
+    its ``timings.json`` byte for byte, an encoding writes its own seconds; vectors unpacked from a bundle or a
+    prebuilt index come without one, and were not encoded here). Only corpora of at least
     ``minimum_documents`` documents count: encoding tests encode small inputs on purpose."""
     encodings: dict[str, set[str]] = {}
     for manifest_path in root.rglob("manifest.json"):
@@ -222,9 +223,10 @@ def repeated_encodings(root: Path, minimum_documents: int) -> list[str]:
             continue
         if not isinstance(manifest, dict) or not manifest.get("complete") or manifest.get("documents", 0) < minimum_documents:
             continue
-        settings = json.dumps(manifest.get("settings"), sort_keys=True)
         timings = manifest_path.parent / TIMINGS_NAME
-        encodings.setdefault(settings, set()).add(hashlib.sha256(timings.read_bytes()).hexdigest()
-                                                  if timings.is_file() else str(manifest_path))
+        if not timings.is_file():  # not encoded here: vectors read from a bundle or a prebuilt index
+            continue
+        settings = json.dumps(manifest.get("settings"), sort_keys=True)
+        encodings.setdefault(settings, set()).add(hashlib.sha256(timings.read_bytes()).hexdigest())
     return [f"corpus {json.loads(settings)['corpus_sha256'][:12]}: encoded {len(runs)} times with the same settings"
             for settings, runs in encodings.items() if len(runs) > 1]
