@@ -42,7 +42,7 @@ def checked_line(line: str) -> str:
     """``line`` as it runs here: as written, or changed by its rule of ``CHECKED`` and run from the repository."""
     for said, instead in CHECKED:
         if said.search(line):
-            return f"(cd {shlex.quote(str(REPO_ROOT))} && {said.sub(instead, line, count=1)})"
+            return f"(cd {shlex.quote(str(REPO_ROOT))} && {said.sub(instead, line, count=1)}\n)"  # after its comment
     return line
 
 
@@ -82,6 +82,8 @@ def test_the_rules_change_only_installs_and_the_suite() -> None:
     assert checked_line("vtrepro regress --spec beir_bm25_flat") == "vtrepro regress --spec beir_bm25_flat"
     assert "pip install --dry-run --quiet -e" in checked_line('pip install -e ".[test]"   # comment')
     assert "pytest --collect-only -q -m" in checked_line('VTREPRO_DATA=x python -m pytest -m "not slow"')
+    commented = checked_line("pip install -e .  # a comment (with a parenthesis)")
+    assert subprocess.run(["bash", "-n", "-c", commented]).returncode == 0
 
 
 @pytest.mark.parametrize("document", DOCUMENTS)
