@@ -4,11 +4,25 @@ The public API, in pipeline order; each name is imported from its module on firs
 ``import vtrepro`` (and every command's ``--help``) stays light::
 
     from vtrepro import load_dataset, SpladeEncoder, run_transfer, encode_corpus, build_impact_index
-"""
-from __future__ import annotations
 
-import importlib
-from typing import Any
+An older Python is refused here, first, in one line (exit 2): the package and every command import this module
+before anything else, and these lines parse on any Python 3 (no ``from __future__`` import, no f-string), so
+the line is shown where the rest of vtrepro would fail to compile.
+"""
+import sys
+
+MINIMUM_PYTHON = (3, 11)
+"""The oldest Python vtrepro runs on (``requires-python`` in pyproject.toml); 3.11, 3.12 and 3.13 are tested."""
+
+if sys.version_info < MINIMUM_PYTHON:
+    # Not the package's logger: vtrepro.core.log is written for Python 3.11 and cannot even be compiled here.
+    sys.stderr.write("error: vtrepro needs Python %d.%d or newer (3.11, 3.12 and 3.13 are tested), but %s is Python %s; "
+                     "make an environment with a newer one (e.g. python3.13 -m venv .venv) and install vtrepro there\n"
+                     % (MINIMUM_PYTHON + (sys.executable, sys.version.split()[0])))
+    raise SystemExit(2)
+
+import importlib  # noqa: E402  (after the version check, on purpose)
+from typing import Any  # noqa: E402
 
 _EXPORTS = {
     "VtreproError": "vtrepro.core.errors",

@@ -137,9 +137,10 @@ def test_the_graph_reader_sees_deferred_and_relative_imports(tmp_path):
 
 MAX_PARAMETERS = 8
 """Most parameters a function takes (``self`` and ``cls`` not counted): more belong in an options object."""
-STDERR_WRITERS = {"vtrepro.core.log", "vtrepro.core.progress", "vtrepro.core.cli"}
-"""The modules that write to stderr themselves: the logger, the progress bar and the CLI entry (its
-``error:`` line and usage). Everything else logs."""
+STDERR_WRITERS = {"vtrepro.core.log", "vtrepro.core.progress", "vtrepro.core.cli", "vtrepro"}
+"""The modules that write to stderr themselves: the logger, the progress bar, the CLI entry (its
+``error:`` line and usage) and the package itself (its line for a Python too old to compile the logger).
+Everything else logs."""
 
 
 def long_signatures() -> list[str]:
