@@ -449,7 +449,8 @@ def test_resume_after_kill_continues_the_same_run(tmp_path, splade_tiny, nfcorpu
     log = tmp_path / "cut" / LOG_NAME
     while process.poll() is None and not ((tmp_path / "cut" / "checkpoint-000004").exists()
                                           and log.exists() and len(log.read_text().splitlines()) >= 6):
-        assert time.monotonic() < deadline
+        if time.monotonic() > deadline:  # a guard against a hang, not a speed check
+            pytest.fail("training wrote no step-4 checkpoint and 6 log lines within 240 s")
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)  # mid-run, past the step-4 checkpoint: steps after it are redone
     process.wait()
