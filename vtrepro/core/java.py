@@ -8,7 +8,7 @@ Pyserini always asks for, so the option is dropped before the JVM starts.
 
 Unless ``--verbose`` is given, the JVM starts quiet: no Lucene or Anserini INFO lines (java.util.logging
 and log4j2 are set to warnings, Lucene's notes about the Java version to errors) and no Java warnings
-about ``sun.misc.Unsafe`` (Lucene on Java 23+).
+about ``sun.misc.Unsafe`` (Lucene on Java 23+) or restricted native methods (Lucene 10).
 
 Java names files in the encoding of the locale it starts under; where that is not UTF-8 but Python's is
 (``LC_ALL=C``), the JVM starts under ``C.UTF-8`` (:func:`_utf8_path_locale`), and :func:`java_path` refuses
@@ -95,8 +95,9 @@ def _main_thread_stack() -> str:
 
 
 def quiet_options(version: int) -> list[str]:
-    """JVM options that keep SLF4J notes and Java's own warnings off stderr, for a Java ``version``."""
-    options = ["-Dslf4j.internal.verbosity=WARN"]
+    """JVM options that keep SLF4J notes and Java's own warnings off stderr, for a Java ``version``: Lucene 10
+    (Anserini 2) calls native code through ``java.lang.foreign.Linker``, which Java warns about unless allowed."""
+    options = ["-Dslf4j.internal.verbosity=WARN", "--enable-native-access=ALL-UNNAMED"]
     if version >= _UNSAFE_ACCESS_OPTION_SINCE:
         options.append("--sun-misc-unsafe-memory-access=allow")
     return options
