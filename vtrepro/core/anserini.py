@@ -15,9 +15,9 @@ write and score alike, so what differs lives here: which Pyserini is installed (
 checked when the JVM starts), its fat jar (:func:`anserini_jar`, named after the Anserini inside), the Lucene
 major it writes and reads (a Lucene reads its own major's indexes and the previous one's, never a newer one:
 :func:`check_readable`), what to install on this Python (:func:`install_hint`), and whether Anserini's
-``SearchCollection`` command looks ``-index`` up in the prebuilt-index registry on GitHub before the local
-folder (Anserini 2: offline it fails even for a folder that exists; vtrepro's own indexing and search call
-the API above and never do).
+``SearchCollection`` command and Pyserini's ``pyserini.search`` read the prebuilt-index registry on GitHub
+first (Anserini 2.3 and Pyserini 2.4: offline they fail even for a folder that exists; vtrepro's own indexing
+and search call the Java API above and never do).
 
 Nothing here starts the JVM: the versions come from the installed package and the jar's name.
 """
@@ -38,15 +38,17 @@ _JAR_VERSION = re.compile(r"anserini-(.+)-fatjar\.jar")
 
 @dataclass(frozen=True)
 class Release:
-    """One supported Pyserini major: the requirement that installs it, the Python it runs on, the Lucene major
-    its Anserini writes, and whether Anserini's ``SearchCollection`` resolves ``-index`` in the online registry."""
+    """One supported Pyserini line: the requirement that installs it, the Python it runs on, its Anserini, the
+    Lucene major that Anserini writes, and whether Anserini's ``SearchCollection`` and Pyserini's ``pyserini.search``
+    read the prebuilt-index registry from GitHub before anything else (then offline they fail, for a local folder
+    too; the Java API vtrepro calls never reads it)."""
 
     line: str  # the Pyserini versions of this line, as messages name them
     requirement: str
     python: str
     anserini: str
     lucene_major: int
-    registry_lookup: bool
+    online_registry: bool
 
     def accepts(self, version: str) -> bool:
         """Whether Pyserini ``version`` belongs to this release line."""
@@ -55,8 +57,8 @@ class Release:
 
 
 RELEASES = (
-    Release("1.6.x", "pyserini==1.6.0", "Python 3.11", "1.7.1", 9, registry_lookup=False),
-    Release("2.x", "pyserini>=2.4,<3", "Python 3.12 or later", "2.3+", 10, registry_lookup=True),
+    Release("1.6.x", "pyserini==1.6.0", "Python 3.11", "1.7.1", 9, online_registry=False),
+    Release("2.x", "pyserini>=2.4,<3", "Python 3.12 or later", "2.3+", 10, online_registry=True),
 )
 SUPPORTED = " or ".join(f"{release.line} ({release.python})" for release in RELEASES)
 """The supported range in words, for messages."""
