@@ -6,9 +6,13 @@ import hashlib
 import json
 import os
 import random
+import re
 import runpy
 import shutil
+import subprocess
 import sys
+import tarfile
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -230,3 +234,64 @@ def repeated_encodings(root: Path, minimum_documents: int) -> list[str]:
         encodings.setdefault(settings, set()).add(hashlib.sha256(timings.read_bytes()).hexdigest())
     return [f"corpus {json.loads(settings)['corpus_sha256'][:12]}: encoded {len(runs)} times with the same settings"
             for settings, runs in encodings.items() if len(runs) > 1]
+
+
+# The other Anserini major --------------------------------------------------------------------------------
+
+ANSERINI_SEARCH = """
+import collections, sys
+import jnius_config
+jar, index, topics, hits, output = sys.argv[1:]
+jnius_config.add_classpath(jar)
+jnius_config.add_options("-Xrs")
+from jnius import autoclass
+HashMap, Integer = autoclass("java.util.HashMap"), autoclass("java.lang.Integer")
+searcher = autoclass("io.anserini.search.SimpleImpactSearcher")(index)
+with open(topics, encoding="utf-8") as lines, open(output, "w", encoding="utf-8") as run:
+    for line in lines:
+        qid, _, text = line.rstrip("\\n").partition("\\t")
+        query = HashMap()
+        for term, count in collections.Counter(text.split(" ")).items():
+            query.put(term, Integer(count))
+        for rank, hit in enumerate(searcher.search(query, int(hits)), start=1):
+            run.write(f"{qid} Q0 {hit.docid} {rank} {hit.score:.6f} anserini\\n")
+"""
+"""Search pretokenized impact topics (``qid<TAB>terms``, a term's count its weight, as Anserini's topic reader
+reads them) with Anserini's ``SimpleImpactSearcher`` in a JVM of its own holding only ``jar``: argv ``jar index
+topics hits output``. Anserini 2's command-line search (``SearchCollection``) first looks ``-index`` up in the
+prebuilt-index registry on GitHub, so offline only its API opens a local folder."""
+
+
+def anserini_jar_cache() -> Path:
+    """Where fat jars taken from Pyserini's source distributions are kept between sessions."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vtrepro" / "anserini-jars"
+
+
+def other_anserini_jar(release) -> Path | str:
+    """The fat jar of ``release`` (a :class:`vtrepro.core.anserini.Release`) from its Pyserini's source
+    distribution on the package index (``pip download``, kept in :func:`anserini_jar_cache`), or why it cannot
+    be had."""
+    cache = anserini_jar_cache() / re.sub(r"[^A-Za-z0-9.]+", "_", release.requirement)
+    jars = sorted(cache.glob("anserini-*-fatjar.jar"))
+    if jars:
+        return jars[-1]
+    with tempfile.TemporaryDirectory() as download:
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                   "--ignore-requires-python", "--quiet", release.requirement, "--dest", download]
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=900)
+        except subprocess.TimeoutExpired:
+            return f"'pip download {release.requirement}' took over 15 minutes"
+        sdists = sorted(Path(download).glob("pyserini-*.tar.gz"))
+        if result.returncode != 0 or not sdists:
+            return f"'pip download {release.requirement}' failed: {(result.stderr.strip().splitlines() or ['?'])[-1]}"
+        with tarfile.open(sdists[-1]) as archive:
+            member = next((member for member in archive.getmembers()
+                           if Path(member.name).match("pyserini/resources/jars/anserini-*-fatjar.jar")), None)
+            if member is None:
+                return f"{sdists[-1].name} holds no Anserini fat jar"
+            cache.mkdir(parents=True, exist_ok=True)
+            staged = cache / f".{Path(member.name).name}.part"
+            with archive.extractfile(member) as source, open(staged, "wb") as target:
+                shutil.copyfileobj(source, target)
+            return staged.rename(cache / Path(member.name).name)

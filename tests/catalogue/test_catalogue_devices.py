@@ -20,6 +20,7 @@ from test_catalogue import run_command, small_file_system, snapshot, write_vecto
 
 from conftest import assert_one_error_line
 from vtrepro.bench import main as bench_main
+from vtrepro.core.anserini import installed_release
 from vtrepro.core.cli import cli_entry
 from vtrepro.encode.writer import main as encode_main
 from vtrepro.index.lucene import build_impact_index, index_stats
@@ -121,6 +122,7 @@ def test_the_cpu_is_always_accepted():
 
 BUILD_AND_SEARCH = """
 import sys
+from vtrepro.core.anserini import installed_release
 from vtrepro.core.cli import cli_entry
 from vtrepro.index.lucene import main as index
 from vtrepro.search.command import main as search
@@ -206,18 +208,19 @@ def remove_segment_info(index: Path) -> str:
     return "incomplete,"
 
 
-def written_by_lucene_10(index: Path) -> str:
-    """Rewrite ``segments_1`` as a Lucene 10 commit (its version and created-version fields), checksum recomputed:
-    what Lucene 9 meets opening an index a newer Anserini built."""
+def written_by_the_next_lucene(index: Path) -> str:
+    """Rewrite ``segments_1`` as a commit of the next Lucene major (its version and created-version fields),
+    checksum recomputed: what Lucene 9 meets opening an index Anserini 2 built (and Lucene 10 an 11's)."""
     segments = index / "segments_1"
     data = bytearray(segments.read_bytes())
     at = 4 + 1 + len(b"segments") + 4 + 16  # magic, codec name, format, index id
     at += 1 + data[at]  # the generation suffix
-    assert data[at] == 9 and data[at + 3] == 9, "not a Lucene 9 commit"
-    data[at] = data[at + 3] = 10  # Lucene version major, index created major
+    major = installed_release().lucene_major
+    assert data[at] == data[at + 3] == major, f"not a Lucene {major} commit"
+    data[at] = data[at + 3] = major + 1  # Lucene version major, index created major
     body = bytes(data[:-8])
     segments.write_bytes(body + zlib.crc32(body).to_bytes(8, "big"))
-    return "written by a newer Lucene than this Anserini's 9."
+    return f"written by a newer Lucene than this Anserini's {major}."
 
 
 def empty_the_folder(index: Path) -> str:
@@ -227,7 +230,7 @@ def empty_the_folder(index: Path) -> str:
 
 
 DAMAGES = {"a flipped bit": flip_a_bit, "a truncated file": truncate_a_file, "a missing file": remove_segment_info,
-           "an index from Lucene 10": written_by_lucene_10, "an empty folder": empty_the_folder}
+           "an index from the next Lucene": written_by_the_next_lucene, "an empty folder": empty_the_folder}
 
 
 @pytest.mark.parametrize("damage", DAMAGES)

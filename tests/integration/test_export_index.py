@@ -1,19 +1,25 @@
 """``export index``: a prebuilt Lucene index that Anserini's own SearchCollection, in a JVM of its own with
-no vtrepro code, searches into vtrepro's run; ``search --index`` takes the tarball back; ``export``'s
+no vtrepro code, searches into vtrepro's run, and the other Anserini major too where its Lucene reads it;
+``search --index`` takes the tarball back, and refuses in one line one a newer Lucene wrote; ``export``'s
 subcommands."""
 import hashlib
 import json
+import os
 import shutil
 import subprocess
+import sys
 import tarfile
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
+from conftest import assert_one_error_line
+from helpers import ANSERINI_SEARCH, other_anserini_jar
+from vtrepro.core.anserini import RELEASES, anserini_jar, installed_release
 from vtrepro.core.cli import cli_entry
 from vtrepro.core.java import find_java_home
-from vtrepro.index.prebuilt import checksum_paths
+from vtrepro.index.prebuilt import HEADER_NAME, checksum_paths
 from vtrepro.regress.export import main as export_main
 from vtrepro.regress.readme import anserini_command
 from vtrepro.regress.spec import REGRESSIONS_DIR
@@ -22,12 +28,6 @@ from vtrepro.search.command import main as search_main
 export = cli_entry(export_main)
 search = cli_entry(search_main)
 NAME = "lucene-impact.beir_splade_tiny.splade-tiny.scifact"
-
-
-def anserini_jar() -> Path:
-    import pyserini
-
-    return next((Path(pyserini.__file__).parent / "resources" / "jars").glob("anserini-*-fatjar.jar"))
 
 
 def hits_by_query(path: Path) -> dict[str, list[tuple[str, str, str]]]:
@@ -67,13 +67,70 @@ def test_anserini_searchcollection_reproduces_the_run_from_the_extracted_tarball
     info = json.loads((output / "prebuilt.json").read_text())[NAME]
     assert (info["md5"], info["sha256"], info["documents"]) == (hashlib.md5(tarball.read_bytes()).hexdigest(), digest,
                                                                  manifest["documents"])
+    assert (header["anserini"], header["pyserini"]) == (info["vtrepro"]["anserini"], info["vtrepro"]["pyserini"])
+    assert header["anserini_lucene"].split(".")[0] == str(installed_release().lucene_major)
     # The README's own command, with plain java (no vtrepro, no jnius): Anserini's SearchCollection.
-    command = anserini_command(NAME, header["k"], header["remove_query_id"], "anserini.trec")
-    command[0], command[2] = str(find_java_home() / "bin" / "java"), str(anserini_jar())
-    subprocess.run(command, cwd=tmp_path, check=True, capture_output=True, timeout=300)
+    command = anserini_command(NAME, header["k"], header["remove_query_id"], str(anserini_jar()), "anserini.trec")
+    assert f"`{Path(command[2]).name}`" in (tmp_path / NAME / "README.md").read_text()
+    command[0] = str(find_java_home() / "bin" / "java")
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    offline = "UnknownHostException" in result.stdout + result.stderr
+    if result.returncode != 0 and installed_release().online_registry and offline:
+        pytest.skip(f"Anserini {installed_release().anserini}'s SearchCollection looks -index up in the prebuilt-index "
+                    "registry on GitHub (api.github.com) before the local folder, and this machine is offline")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     theirs, ours = hits_by_query(tmp_path / "anserini.trec"), hits_by_query(run_dir / "run.trec")
     assert sum(map(len, ours.values())) == 300_000
     assert theirs == ours  # same documents, ranks and scores (ties by docid, no tie adjustment on scifact)
+
+
+@pytest.mark.slow
+def test_the_other_anserini_major_searches_the_tarball_where_its_lucene_reads_it(exported, tmp_path):
+    """Anserini 2 (Lucene 10) searches a tarball Anserini 1.7 (Lucene 9) wrote into vtrepro's run; Anserini 1.7 cannot
+    open one Anserini 2 wrote. The other major's jar, from its Pyserini's source distribution, runs in a JVM of its
+    own with nothing else on the classpath."""
+    run_dir, output = exported
+    other = next(release for release in RELEASES if release != installed_release())
+    jar = other_anserini_jar(other)
+    if isinstance(jar, str):
+        pytest.skip(f"no Anserini {other.anserini} jar ({other.requirement}) to run: {jar}")
+    with tarfile.open(output / f"{NAME}.tar.gz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    command = [sys.executable, "-c", ANSERINI_SEARCH, str(jar), str(tmp_path / NAME / "index"),
+               str(tmp_path / NAME / "topics.tsv"), "1000", str(tmp_path / "other.trec")]
+    environment = {**os.environ, "JAVA_HOME": str(find_java_home())}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=environment)
+    if other.lucene_major < installed_release().lucene_major:
+        written = installed_release().lucene_major
+        assert result.returncode != 0 and f"indexCreatedVersionMajor is in the future: {written}" in result.stderr, \
+            result.stderr[-2000:]
+        return
+    assert result.returncode == 0, result.stderr[-2000:]
+    theirs, ours = hits_by_query(tmp_path / "other.trec"), hits_by_query(run_dir / "run.trec")
+    assert sum(map(len, ours.values())) == 300_000
+    assert theirs == ours  # same documents, ranks and integer scores
+
+
+@pytest.mark.slow
+def test_a_tarball_a_newer_lucene_wrote_is_one_line_naming_the_pyserini_that_reads_it(exported, tmp_path, capsys):
+    """The header records the Lucene that wrote the index; one newer than the installed major is refused before
+    Java reads it (here: this export's header rewritten to the next major, checksums left out)."""
+    _, output = exported
+    with tarfile.open(output / f"{NAME}.tar.gz") as archive:
+        archive.extractall(tmp_path / "x", filter="data")
+    header_path = tmp_path / "x" / NAME / HEADER_NAME
+    header = json.loads(header_path.read_text())
+    newer = installed_release().lucene_major + 1
+    header["anserini_lucene"], header["anserini"] = f"{newer}.0.0", "9.9.9"
+    header_path.write_text(json.dumps(header))
+    tarball = tmp_path / f"{NAME}.tar.gz"
+    with tarfile.open(tarball, "w:gz") as archive:
+        archive.add(tmp_path / "x" / NAME, NAME)
+    code = search(["--index", str(tarball), "--output", str(tmp_path / "run.trec")])
+    reader = next((release for release in RELEASES if release.lucene_major >= newer), None)
+    fix = f'install "{reader.requirement}"' if reader else "search it with the Anserini that wrote it"
+    assert_one_error_line(code, capsys.readouterr().err, str(tarball), f"written by Lucene {newer}.0.0 (Anserini 9.9.9)",
+                          fix)
 
 
 @pytest.mark.slow

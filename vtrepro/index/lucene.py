@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from vtrepro.core.anserini import newer_lucene_fix
 from vtrepro.core.cli import add_threads, cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output, process_alive, write_jsonl
@@ -289,8 +290,7 @@ def _unreadable_reason(causes: list[str]) -> str | None:
     newer = first("IndexFormatTooNewException") or next((cause for cause in causes if "is in the future" in cause), None)
     if newer:
         return (f"not a readable Lucene index: written by a newer Lucene than this Anserini's {lucene_version()} "
-                f"({describe_causes([newer])}); rebuild it from its vectors with {BUILD_COMMAND}, or search it with "
-                "the Anserini that built it")
+                f"({describe_causes([newer])}); {newer_lucene_fix()}, or rebuild it from its vectors with {BUILD_COMMAND}")
     older = first("IndexFormatTooOldException")
     if older:
         return (f"not a readable Lucene index: in a format Lucene {lucene_version()} does not read (an old Lucene's, "

@@ -9,7 +9,8 @@ A prebuilt index holds one folder, ``<name>/``, with:
   ``--impact --pretokenized`` turn back into the same weights (a term's count is its boost);
 - ``qrels.txt``: the relevance judgements in TREC format (``qid 0 docid relevance``);
 - ``README.md``: the encoder, quantization, escaping, statistics and the commands that search it;
-- ``vtrepro.json``: the same as data, with the sha256 of every other file.
+- ``vtrepro.json``: the same as data, with the sha256 of every other file and the Lucene, Anserini and
+  Pyserini versions that wrote the index (``anserini_lucene``, ``anserini``, ``pyserini``).
 
 Beside it, ``<tar>.sha256`` and ``<tar>.md5`` (``sha256sum``/``md5sum`` format). The archive is
 deterministic (sorted members, no time or owner, gzip without name or time), so the same run gives the
@@ -20,7 +21,9 @@ A prebuilt index comes from elsewhere, so :func:`open_prebuilt` treats it as hos
 checksum (when present) is checked first; the archive is streamed once, each member's header checked
 before its bytes are written (plain files and folders only, one top folder, no path leaving it, no
 duplicate, declared sizes within :data:`MAX_EXTRACTED_BYTES` in all, at most :data:`MAX_MEMBERS`), into
-a staging folder renamed into place only when every file's sha256 equals ``vtrepro.json``'s record.
+a staging folder renamed into place only when every file's sha256 equals ``vtrepro.json``'s record. An index
+written by a newer Lucene major than the installed one is refused in one line naming the Pyserini that reads it
+(:func:`vtrepro.core.anserini.check_readable`).
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, Iterator, Mapping
 
+from vtrepro.core.anserini import check_readable
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, sha256_file, unsafe_character
 from vtrepro.encode.fingerprint import fingerprint_vectors
@@ -51,6 +55,8 @@ README_NAME = "README.md"
 HEADER_NAME = "vtrepro.json"
 METADATA_NAME = "prebuilt.json"
 """In an export folder: every tarball's metadata in Pyserini's prebuilt-index shape."""
+WRITER_KEYS = ("anserini_lucene", "anserini", "pyserini")
+"""The header's record of what wrote the index: the Lucene inside the Anserini, the Anserini, the Pyserini."""
 MAX_MEMBERS = 10_000  # a Lucene index written with one thread holds a few dozen files
 MAX_EXTRACTED_BYTES = 256 << 30  # declared sizes in all: room for MS MARCO v2 impact indexes, not for a tar bomb
 MAX_JSON_BYTES = 16 << 20
@@ -58,8 +64,6 @@ MAX_TOPIC_LINE_BYTES = 64 << 20
 MAX_QUERY_TOKENS = 10_000_000  # a topic line repeats each term by its weight; SPLADE queries hold ~10^4
 COPY_BLOCK = 1 << 20
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
-ANSERINI_JAR = "anserini-1.7.1-fatjar.jar"
-"""The Anserini that Pyserini 1.6.0 ships (``pyserini/resources/jars/``), named in the README's commands."""
 
 
 @dataclass(frozen=True)
@@ -195,7 +199,7 @@ def _digest(path: Path, kind: str) -> str:
 def pyserini_info(header: Mapping[str, Any], tarball: Path, digests: Mapping[str, str]) -> dict[str, Any]:
     """The tarball's entry in Pyserini's prebuilt-index metadata shape (``pyserini/prebuilt_index_info.py``:
     description, filename, readme, urls, md5, size compressed, total terms, documents, unique terms, texts),
-    with vtrepro's sha256, spec, condition and dataset added."""
+    with vtrepro's sha256, spec, condition, dataset and the Lucene, Anserini and Pyserini that wrote it added."""
     stats = header["statistics"]
     encoder = header.get("encoder", {})
     return {
@@ -211,7 +215,8 @@ def pyserini_info(header: Mapping[str, Any], tarball: Path, digests: Mapping[str
         "documents": stats["documents"],
         "unique_terms": stats["unique_terms"],
         "texts": None,
-        "vtrepro": {key: header[key] for key in ("spec", "condition", "dataset", "split")},
+        "vtrepro": {**{key: header[key] for key in ("spec", "condition", "dataset", "split")},
+                    **{key: header.get(key) for key in WRITER_KEYS}},
     }
 
 
@@ -344,7 +349,7 @@ def open_prebuilt(tarball: Path, cache_root: Path, max_bytes: int = MAX_EXTRACTE
     target = cache_root / digest[:16]
     tops = [path for path in target.iterdir() if path.is_dir()] if target.is_dir() else []
     if len(tops) == 1 and (tops[0] / HEADER_NAME).is_file():
-        return PrebuiltIndex(tops[0], read_header(tops[0], tarball))
+        return _readable(PrebuiltIndex(tops[0], read_header(tops[0], tarball)), tarball)
     shutil.rmtree(target, ignore_errors=True)
     cache_root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=cache_root))
@@ -359,7 +364,15 @@ def open_prebuilt(tarball: Path, cache_root: Path, max_bytes: int = MAX_EXTRACTE
         os.replace(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return PrebuiltIndex(target / top.name, header)
+    return _readable(PrebuiltIndex(target / top.name, header), tarball)
+
+
+def _readable(opened: PrebuiltIndex, tarball: Path) -> PrebuiltIndex:
+    """``opened``, once the installed Lucene reads the major that wrote it (a header that records none is not refused)."""
+    lucene, anserini = opened.header.get("anserini_lucene"), opened.header.get("anserini")
+    if isinstance(lucene, str):
+        check_readable(tarball, lucene, anserini if isinstance(anserini, str) else None)
+    return opened
 
 
 def read_topics(path: Path, expected_fingerprint: str | None = None) -> dict[str, dict[str, int]]:

@@ -9,8 +9,8 @@ fingerprints, the spec and the environment into one ``.tar`` with its sha256 bes
 index ``DIR/lucene-impact.<spec>.<condition>.<dataset>.tar.gz`` (:mod:`vtrepro.index.prebuilt`: the
 index as Anserini wrote it, the queries as Anserini pretokenized impact topics, the qrels and a README
 with the commands that search it), its ``.sha256`` and ``.md5``, and ``DIR/prebuilt.json`` describing
-them in Pyserini's prebuilt-index metadata shape. ``search --index X.tar.gz`` and
-``regress --vectors X.tar.gz`` (or the folder) take them back.
+them in Pyserini's prebuilt-index metadata shape; each records the Lucene, Anserini and Pyserini that wrote
+it. ``search --index X.tar.gz`` and ``regress --vectors X.tar.gz`` (or the folder) take them back.
 
 ``python -m vtrepro export model --model M --output DIR`` writes a sentence-transformers model folder
 (:mod:`vtrepro.regress.model_export`).
@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from vtrepro.core.anserini import anserini_version, pyserini_version
 from vtrepro.core.cli import add_data_dir, cli_entry, command_parser
 from vtrepro.core.errors import EXIT_OK, VtreproError
 from vtrepro.core.io import check_output, write_json
@@ -123,7 +124,8 @@ def prebuilt_run(spec: Spec, condition: Condition, dataset: DatasetRun, run_dir:
     header = {"spec": spec.name, "condition": condition.name, "dataset": dataset.name, "split": dataset.split,
               "k": spec.k, "remove_query_id": True, "encoder": _encoder(condition, manifest),
               "quantization": quantization, "escaping": ESCAPING,
-              "corpus_fingerprint": (manifest or {}).get("fingerprint"), "anserini_lucene": lucene_version()}
+              "corpus_fingerprint": (manifest or {}).get("fingerprint"), "anserini_lucene": lucene_version(),
+              "anserini": anserini_version(), "pyserini": pyserini_version()}
     qrels = load_dataset(dataset.name, data_dir, download=False).qrels(dataset.split)
     return PrebuiltRun(tarball_name(spec.name, condition.name, dataset.name), run_dir / "index",
                        read_query_vectors(queries_file), qrels, header)

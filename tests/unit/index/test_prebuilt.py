@@ -7,9 +7,11 @@ import hashlib
 import io
 import json
 import tarfile
+from dataclasses import replace
 
 import pytest
 
+from vtrepro.core.anserini import installed_release
 from vtrepro.core.errors import VtreproError
 from vtrepro.index.prebuilt import (
     HEADER_NAME,
@@ -73,6 +75,29 @@ def test_an_opened_tarball_is_reused_from_the_cache(tmp_path, exported):
     first = open_prebuilt(exported[0], tmp_path / "cache")
     assert open_prebuilt(exported[0], tmp_path / "cache").root == first.root
     assert (first.index / "segments_1").read_bytes() == b"segments"
+
+
+def test_the_header_records_what_wrote_the_index_and_a_newer_lucene_is_refused_on_opening(tmp_path):
+    """The Lucene, Anserini and Pyserini versions go into vtrepro.json and prebuilt.json; a Lucene major newer
+    than the installed one is one line naming the Pyserini that reads it, from the cache too."""
+    major = installed_release().lucene_major
+    run = make_run(tmp_path)
+    for lucene, name in ((f"{major - 1}.12.0", "older"), (f"{major + 1}.0.0", "newer")):
+        header = {**run.header, "anserini_lucene": lucene, "anserini": f"{major}.9.9", "pyserini": "9.9.9"}
+        info = write_prebuilt(replace(run, name=f"lucene-impact.{name}.c.d", header=header), tmp_path / name, STATS, "")
+        assert info["vtrepro"] == {"spec": "spec", "condition": "cond", "dataset": "mini", "split": "test",
+                                   "anserini_lucene": lucene, "anserini": f"{major}.9.9", "pyserini": "9.9.9"}
+        tarball = tmp_path / name / info["filename"]
+        with tarfile.open(tarball) as archive:
+            recorded = json.load(archive.extractfile(f"lucene-impact.{name}.c.d/{HEADER_NAME}"))
+        assert (recorded["anserini_lucene"], recorded["anserini"], recorded["pyserini"]) == (lucene, f"{major}.9.9", "9.9.9")
+        if name == "older":
+            assert open_prebuilt(tarball, tmp_path / "cache").header["anserini_lucene"] == lucene
+            continue
+        for _ in range(2):  # extracted, then from the cache
+            with pytest.raises(VtreproError, match=f"written by Lucene {lucene} \\(Anserini {major}.9.9\\), which the "
+                                                   f"installed Pyserini .* \\(Lucene {major}\\) cannot read"):
+                open_prebuilt(tarball, tmp_path / "cache")
 
 
 def test_a_checksum_that_does_not_match_the_sidecar_is_refused(tmp_path, exported):
