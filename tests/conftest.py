@@ -367,6 +367,24 @@ def splade_tiny_run(tmp_path_factory, data_dir, models_dir, encode_cache):
 
 
 @pytest.fixture(scope="session")
+def exported(splade_tiny_run, data_dir, tmp_path_factory):
+    """``export index`` of the session's beir_splade_tiny run, scifact only: ``(the run's folder, the output
+    folder holding the tarball, its checksums and prebuilt.json)``."""
+    from vtrepro.core.cli import cli_entry
+    from vtrepro.regress.export import main as export
+    from vtrepro.regress.spec import REGRESSIONS_DIR
+
+    _, run_root, code = splade_tiny_run
+    assert code == 0
+    output = tmp_path_factory.mktemp("prebuilt")
+    assert cli_entry(export)(["index", "--spec", str(REGRESSIONS_DIR / "beir_splade_tiny.yaml"), "--runs",
+                              str(run_root.parent), "--datasets", "scifact", "--data-dir", str(data_dir),
+                              "--output", str(output)]) == 0
+    guard("exported", lambda: folder_fingerprint(output))  # the tarball, its checksums and prebuilt.json
+    return run_root / "splade-tiny" / "scifact", output
+
+
+@pytest.fixture(scope="session")
 def bm25_flat_run(tmp_path_factory, data_dir):
     """One regression run of beir_bm25_flat per test session: ``(results folder, exit code)``."""
     from vtrepro.regress.runner import main as regress

@@ -18,6 +18,7 @@ fingerprint  encode.fingerprint    content fingerprint of vectors; compare two s
 index        index.lucene          build a Lucene impact index with Anserini
 search       search.command        batch impact search into a TREC run
 pyserini     search.pyserini_command  run a Pyserini command-line module on vtrepro's Java (search, trec_eval)
+anserini     search.anserini_command  run an Anserini program from the installed fat jar on vtrepro's Java 21
 evaluate     evaluate.trec         score a run with pytrec_eval; compare two runs
 regress      regress.runner        run a regression spec and check every figure
 export       regress.export        export vectors, prebuilt Lucene indexes (Anserini, Pyserini) or models

@@ -4,17 +4,20 @@ Each fenced ``bash`` block of the README (and of the other documents in ``DOCUME
 in a fresh folder laid out like a checkout (``../shared`` beside it), through this environment's ``vtrepro``
 and ``python``. Three kinds of command are checked rather than run, each by a rule of ``CHECKED``: installing
 (``pip install --dry-run``: pip resolves everything, installs nothing), the test suite (``--collect-only``: the
-suite cannot run itself) and anything that needs a GPU or the Hub (``--dry-run``). A command a rule changes runs
-from the repository itself. Everything else runs exactly as the reader would type it; the encodings it needs
-come from the session's encode cache, so no corpus is encoded again.
+suite cannot run itself). A command a rule changes runs from the repository itself. Everything else runs
+exactly as the reader would type it; the encodings it needs come from the session's encode cache, so no corpus
+is encoded again. The README that ``export index`` writes into a prebuilt tarball is held to the same: its
+commands run as written from the folder holding the tarball.
 """
 from __future__ import annotations
 
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -98,3 +101,23 @@ def test_every_shell_command_of_the_docs_runs_as_written(document, checkout, dat
         print(f"{document} block {number}: exit {result.returncode} in {time.perf_counter() - began:.0f} s")
         assert result.returncode == 0, (f"{document}, bash block {number} failed:\n{block}\n"
                                         f"--- stdout (end)\n{result.stdout[-3000:]}\n--- stderr (end)\n{result.stderr[-3000:]}")
+
+
+def test_every_command_of_an_exported_tarballs_readme_runs_as_written(exported, tmp_path):
+    """The README inside a prebuilt index: its commands run as written from the folder holding the tarball (unpack,
+    vtrepro's search, Anserini's SearchCollection, Pyserini's search, scoring), and it reads as plain text."""
+    _, output = exported
+    tarball = next(output.glob("*.tar.gz"))
+    shutil.copy(tarball, tmp_path / tarball.name)
+    with tarfile.open(tarball) as archive:
+        readme = archive.extractfile(f"{tarball.name.removesuffix('.tar.gz')}/README.md").read().decode()
+    assert "\\" not in readme and "/shared/" not in readme  # no Markdown escapes, no local path
+    blocks = shell_blocks(readme)
+    assert [block.split()[:2] for block in blocks] == [["tar", "xzf"], ["vtrepro", "search"], ["vtrepro", "anserini"],
+                                                      ["vtrepro", "pyserini"], ["vtrepro", "evaluate"]]
+    for number, block in enumerate(blocks, 1):
+        result = run_block(block, tmp_path)
+        assert result.returncode == 0, (f"the tarball README's bash block {number} failed:\n{block}\n"
+                                        f"--- stdout (end)\n{result.stdout[-3000:]}\n--- stderr (end)\n{result.stderr[-3000:]}")
+    runs = [tmp_path / name for name in ("run.trec", "anserini.trec", "pyserini.trec")]
+    assert all(len(run.read_text().splitlines()) == 300_000 for run in runs)

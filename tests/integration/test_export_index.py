@@ -22,7 +22,6 @@ from vtrepro.core.java import find_java_home
 from vtrepro.index.prebuilt import HEADER_NAME, checksum_paths
 from vtrepro.regress.export import main as export_main
 from vtrepro.regress.readme import anserini_command
-from vtrepro.regress.spec import REGRESSIONS_DIR
 from vtrepro.search.command import main as search_main
 
 export = cli_entry(export_main)
@@ -37,17 +36,6 @@ def hits_by_query(path: Path) -> dict[str, list[tuple[str, str, str]]]:
         qid, _, docid, rank, score, _ = line.split()
         run[qid].append((docid, rank, score))
     return dict(run)
-
-
-@pytest.fixture(scope="module")
-def exported(splade_tiny_run, data_dir, tmp_path_factory):
-    """``export index`` of the session's beir_splade_tiny run, scifact only."""
-    _, run_root, code = splade_tiny_run
-    assert code == 0
-    output = tmp_path_factory.mktemp("prebuilt")
-    assert export(["index", "--spec", str(REGRESSIONS_DIR / "beir_splade_tiny.yaml"), "--runs", str(run_root.parent),
-                   "--datasets", "scifact", "--data-dir", str(data_dir), "--output", str(output)]) == 0
-    return run_root / "splade-tiny" / "scifact", output
 
 
 @pytest.mark.slow

@@ -35,7 +35,7 @@ from vtrepro.encode.reader import read_query_vectors
 from vtrepro.index.lucene import index_stats, lucene_version
 from vtrepro.index.prebuilt import METADATA_NAME, PrebuiltRun, tarball_name, write_prebuilt
 from vtrepro.regress.bundle import checksum_path, write_bundle
-from vtrepro.regress.readme import prebuilt_readme
+from vtrepro.regress.readme import ESCAPING, prebuilt_readme
 from vtrepro.regress.report import environment
 from vtrepro.regress.runner import selected_runs
 from vtrepro.regress.spec import Condition, DatasetRun, Spec, load_spec
@@ -46,8 +46,6 @@ SUBCOMMANDS = {
     "model": "a sentence-transformers SparseEncoder folder with a model card",
 }
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
-ESCAPING = ("terms holding whitespace, control characters or '%' are percent-escaped as the %XX of their UTF-8 "
-            "bytes (so '%' is '%25'); every other term is the tokenizer's own")
 
 
 def usage() -> str:
