@@ -102,7 +102,7 @@ def anserini_jar() -> Path:
     jars = sorted(folder.glob(JAR_PATTERN)) if folder else []
     if not jars:
         raise VtreproError(f"the Anserini fat jar is missing from Pyserini {pyserini_version()} (no {JAR_PATTERN} in "
-                           f"{folder}): {install_hint('--force-reinstall')}")
+                           f"{folder}); vtrepro runs on Pyserini {SUPPORTED}: {install_hint('--force-reinstall')}")
     return jars[-1]
 
 
