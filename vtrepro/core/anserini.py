@@ -64,9 +64,9 @@ SUPPORTED = " or ".join(f"{release.line} ({release.python})" for release in RELE
 """The supported range in words, for messages."""
 
 
-def release_for_python(version: tuple[int, int] = sys.version_info[:2]) -> Release:
+def release_for_python() -> Release:
     """The release this Python installs: Pyserini 1.6 on 3.11, 2.x from 3.12 on."""
-    return RELEASES[0] if version < (3, 12) else RELEASES[1]
+    return RELEASES[0] if sys.version_info < (3, 12) else RELEASES[1]
 
 
 def install_hint(*flags: str) -> str:
@@ -102,7 +102,7 @@ def anserini_jar() -> Path:
     jars = sorted(folder.glob(JAR_PATTERN)) if folder else []
     if not jars:
         raise VtreproError(f"the Anserini fat jar is missing from Pyserini {pyserini_version()} (no {JAR_PATTERN} in "
-                           f"{folder}): {install_hint('--force-reinstall')}")
+                           f"{folder}); vtrepro runs on Pyserini {SUPPORTED}: {install_hint('--force-reinstall')}")
     return jars[-1]
 
 
