@@ -26,7 +26,8 @@ import pytest
 from conftest import seed_spec_encodings
 from helpers import REPO_ROOT
 
-DOCUMENTS = ("README.md",)
+DOCUMENTS = ("README.md", "docs/exchange.md")
+"""Run in this order in one checkout: each may use what the ones before it made."""
 SHELL_BLOCK = re.compile(r"^```(?:bash|sh|shell)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 CHECKED = (
     (re.compile(r"\bpip install\b"), "pip install --dry-run --quiet"),
@@ -89,18 +90,19 @@ def test_the_rules_change_only_installs_and_the_suite() -> None:
     assert subprocess.run(["bash", "-n", "-c", commented]).returncode == 0
 
 
-@pytest.mark.parametrize("document", DOCUMENTS)
-def test_every_shell_command_of_the_docs_runs_as_written(document, checkout, data_dir, models_dir, encode_cache):
-    blocks = shell_blocks((REPO_ROOT / document).read_text())
-    assert blocks, f"{document} shows no bash block"
-    if any("--spec beir_splade_tiny" in block for block in blocks):
-        seed_stage_encodings(checkout, data_dir, models_dir, encode_cache)
-    for number, block in enumerate(blocks, 1):
-        began = time.perf_counter()
-        result = run_block(block, checkout)
-        print(f"{document} block {number}: exit {result.returncode} in {time.perf_counter() - began:.0f} s")
-        assert result.returncode == 0, (f"{document}, bash block {number} failed:\n{block}\n"
-                                        f"--- stdout (end)\n{result.stdout[-3000:]}\n--- stderr (end)\n{result.stderr[-3000:]}")
+def test_every_shell_command_of_the_docs_runs_as_written(checkout, data_dir, models_dir, encode_cache):
+    """The documents in order, in one checkout, as a reader who follows the README first (the exchange page
+    searches what the README's commands exported)."""
+    seed_stage_encodings(checkout, data_dir, models_dir, encode_cache)
+    for document in DOCUMENTS:
+        blocks = shell_blocks((REPO_ROOT / document).read_text())
+        assert blocks, f"{document} shows no bash block"
+        for number, block in enumerate(blocks, 1):
+            began = time.perf_counter()
+            result = run_block(block, checkout)
+            print(f"{document} block {number}: exit {result.returncode} in {time.perf_counter() - began:.0f} s")
+            assert result.returncode == 0, (f"{document}, bash block {number} failed:\n{block}\n--- stdout (end)\n"
+                                            f"{result.stdout[-3000:]}\n--- stderr (end)\n{result.stderr[-3000:]}")
 
 
 def test_every_command_of_an_exported_tarballs_readme_runs_as_written(exported, tmp_path):
