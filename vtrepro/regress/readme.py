@@ -113,8 +113,9 @@ def prebuilt_readme(run: PrebuiltRun, stats: Mapping[str, int]) -> str:
         "vtrepro (checks the checksums first, and needs no network):",
         "",
         *_shell(f"vtrepro search --index {name}.tar.gz --output run.trec"),
-        f"Anserini's own `SearchCollection`, in a JVM of its own (`vtrepro anserini` runs `java -cp {jar}` with Java 21; "
-        f"with Anserini alone, `java -cp {jar} io.anserini.search.SearchCollection ...` is the same):",
+        f"Anserini's own `SearchCollection`, in a JVM of its own (`vtrepro anserini` runs the fat jar `{jar}` of the "
+        f"installed Pyserini with Java 21; with Anserini alone, `java -cp {jar} io.anserini.search.SearchCollection "
+        "...` is the same):",
         "",
         *_shell(" ".join(["vtrepro", "anserini", *anserini[3:]])),
         *_registry_note(header["anserini_lucene"]),
