@@ -14,10 +14,10 @@ import os
 import re
 import runpy
 import sys
-from pathlib import Path
 
 from vtrepro.core.cli import cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
+from vtrepro.core.java import find_java_home
 
 MODULE_NAME = re.compile(r"[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*")
 EXAMPLE_MODULES = "search.lucene, eval.trec_eval, index.lucene"
@@ -45,7 +45,7 @@ def run_pyserini_module(module: str, arguments: list[str]) -> int:
         found = False
     if not found:
         raise VtreproError(unknown)
-    java_bin = Path(os.environ["JAVA_HOME"]) / "bin"
+    java_bin = find_java_home() / "bin"  # the Java start_jvm chose
     os.environ["PATH"] = f"{java_bin}{os.pathsep}{os.environ.get('PATH', '')}"
     saved_argv = sys.argv
     sys.argv = [name, *arguments]
