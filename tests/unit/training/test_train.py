@@ -458,5 +458,10 @@ def test_resume_after_kill_continues_the_same_run(tmp_path, splade_tiny, nfcorpu
     resumed = subprocess.run(_train_command(config, tmp_path / "cut"), check=True, cwd=REPO, capture_output=True,
                              text=True, timeout=300, env=one)
     assert "resuming from" in resumed.stderr
-    assert losses_of(tmp_path / "cut") == losses_of(tmp_path / "whole")
+    cut, whole = losses_of(tmp_path / "cut"), losses_of(tmp_path / "whole")
+    # The first resumed step (5) is a function of the restored weights, optimizer, random and data state only:
+    # exact. Later steps are exact here, but CI's machine once gave step 7 1.2e-6 (relative) apart and every
+    # later step too (docs/training.md, Determinism): float noise, not a wrong restore, which would move step 5.
+    assert len(cut) == len(whole) == 24 and cut[:5] == whole[:5]
+    assert cut == pytest.approx(whole, rel=1e-5)
     assert json.loads((tmp_path / "cut" / "final" / "training_report.json").read_text())["cpu_threads"] == 2
