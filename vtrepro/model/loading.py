@@ -55,7 +55,7 @@ def resolve_model(name_or_path: str | Path, model_dir: str | Path | None = None)
     if Path(name).expanduser().is_dir():
         return str(Path(name).expanduser())
     root = model_dir or os.environ.get(MODELS_ENV)
-    if root and not _looks_like_path(name):
+    if root and not looks_like_path(name):
         root = Path(root).expanduser()
         for candidate in (root / name, root / Path(name).name):
             if candidate.is_dir():
@@ -83,7 +83,7 @@ def find_model(name_or_path: str | Path, model_dir: str | Path | None = None) ->
     if Path(source).is_dir():
         check_model_folder(Path(source))
         return ModelSource(name, source)
-    if _looks_like_path(name):
+    if looks_like_path(name):
         raise VtreproError(f"model folder {name} does not exist; pass an existing model folder or a Hub id")
     if hub_reachable():
         return ModelSource(name, source)
@@ -291,7 +291,7 @@ def _check_vocabulary_rows(folder: Path, headers: dict[Path, dict[str, Any]]) ->
                 return
 
 
-def _looks_like_path(name: str) -> bool:
+def looks_like_path(name: str) -> bool:
     """A name starting with "/", "." or "~" is a folder path, never a Hub id."""
     return name.startswith(("/", ".", "~"))
 

@@ -34,7 +34,7 @@ from vtrepro.core.cli import (
     positive_int,
 )
 from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
-from vtrepro.core.io import check_output, check_replaceable, check_within
+from vtrepro.core.io import check_output, check_replaceable, check_within, write_json
 from vtrepro.core.java import start_jvm
 from vtrepro.data.availability import check_dataset_split
 from vtrepro.data.beir import load_dataset
@@ -51,11 +51,21 @@ from vtrepro.regress.compare import (
 from vtrepro.regress.conditions import ConditionRunner, describe_source
 from vtrepro.regress.context import RunContext
 from vtrepro.regress.cost import encoding_cost
+from vtrepro.regress.rehearsal import rehearsal_spec
 from vtrepro.regress.report import format_table, judged, tally, write_report
 from vtrepro.regress.sources import check_encoded, vector_sources
 from vtrepro.regress.spec import Condition, DatasetRun, EncodedVectors, Spec, load_spec, record_observed
-from vtrepro.report.results import NOT_OK, STATUS_ERROR, STATUS_FAIL, STATUS_MEASURED, STATUS_OK, STATUS_OKISH
+from vtrepro.report.results import (
+    NOT_OK,
+    STATUS_ERROR,
+    STATUS_FAIL,
+    STATUS_MEASURED,
+    STATUS_OK,
+    STATUS_OKISH,
+    STATUS_UNPINNED,
+)
 from vtrepro.training.recipe import load_recipe
+from vtrepro.training.rehearsal import REHEARSAL_NAME, STANDINS_NAME, Rehearsal, describe_rehearsal
 from vtrepro.training.stages import Stage
 
 logger = logging.getLogger(__name__)
@@ -183,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--datasets", help="comma-separated subset of the spec's datasets")
     add_data_dir(parser)
     add_model_dir(parser)
-    parser.add_argument("--output", type=Path, default=Path("runs"), help="artifacts and reports (default runs/)")
+    parser.add_argument("--output", type=Path, help="artifacts and reports (default runs/, with --rehearse runs/rehearse/)")
     add_threads(parser, "search threads (results do not depend on it; indexing always uses 1)")
     parser.add_argument("--encode-procs", type=positive_int, default=1,
                         help="encode each corpus with this many local processes (torchrun; one GPU each when "
@@ -198,14 +208,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strict", action="store_true", help="OKISH (within tolerance, not exact) counts as FAIL")
     parser.add_argument("--record", action="store_true", help="write observed values into the spec as expected")
     parser.add_argument("--dry-run", action="store_true", help="validate the spec, print the plan, run nothing")
+    parser.add_argument("--rehearse", action="store_true",
+                        help="run every condition and dataset at miniature size on stand-in models and data (recipes "
+                             "scaled down, nothing compared with pins); prints what it replaced and the real run's cost")
     add_trust_remote_code(parser)
     args = parser.parse_args(argv)
+    spec = load_spec(args.spec)
+    if args.rehearse:
+        spec, args = _rehearsal(spec, args)
+    args.output = args.output or Path("runs")
     context = RunContext(output=args.output, model_dir=args.model_dir, data_dir=args.data_dir, threads=args.threads,
                          encode_processes=args.encode_procs, vectors=args.vectors,
                          reference_vectors=args.reference_vectors, record=args.record, strict=args.strict,
                          trust_remote_code=args.trust_remote_code, command=tuple(argv))
 
-    spec = load_spec(args.spec)
     selected = list(selected_runs(spec, args.datasets))
     grant_remote_code(spec.path, _remote_code_askers(spec), context.trust_remote_code)
     out_dir = check_outputs(spec, selected, context)
@@ -237,11 +253,16 @@ def main(argv: list[str] | None = None) -> int:
                     ResultRow(**{**asdict(row), "expected": row.observed, "status": STATUS_OK, "tier": TIER_FIXED,
                                  "note": ""})
                     for row in rows]
+    if args.rehearse:  # stand-ins: a figure is computed to prove its path runs, never judged
+        rows = [ResultRow(**{**asdict(row), "status": STATUS_MEASURED, "note": "rehearsal"})
+                if row.status == STATUS_UNPINNED else row for row in rows]
     if context.strict:
         rows = [ResultRow(**{**asdict(row), "status": STATUS_FAIL}) if row.status == STATUS_OKISH else row
                 for row in rows]
     write_report(spec, rows, outcome.timings, out_dir, list(context.command), outcome.distributions,
                  train_root=context.train_root)
+    if args.rehearse:
+        write_json(out_dir / REHEARSAL_NAME, {"rehearsal": True, "spec": str(args.spec), "standins": str(args.data_dir)})
     print(format_table(rows))
     failed = [row for row in rows if row.status in NOT_OK]
     okish = sum(row.status == STATUS_OKISH for row in rows)
@@ -256,6 +277,22 @@ def main(argv: list[str] | None = None) -> int:
         raise VtreproError(f"{spec.path}: recording the observed values failed ({record_failure}); the spec is "
                            f"unchanged and every run's outcome is in {out_dir / 'report.md'}: fix that and rerun --record")
     return EXIT_MISMATCH if failed else EXIT_OK
+
+
+def _rehearsal(spec: Spec, args):
+    """The rehearsal of ``spec`` (:mod:`vtrepro.regress.rehearsal`): its rewritten spec, loaded, and the
+    arguments that point at the stand-ins; what was replaced and the real run's cost are printed first."""
+    for flag, given in (("--record", args.record), ("--vectors", args.vectors),
+                        ("--reference-vectors", args.reference_vectors)):
+        if given:
+            raise VtreproError(f"--rehearse runs on stand-ins, so {flag} has no meaning with it; drop one of them")
+    args.output = args.output or Path("runs") / "rehearse"
+    rehearsal = Rehearsal(args.output / STANDINS_NAME)
+    cost = encoding_cost(spec, list(selected_runs(spec, args.datasets)), args.model_dir)
+    rehearsed = load_spec(rehearsal_spec(spec, rehearsal))
+    print(describe_rehearsal(rehearsal, cost))
+    args.data_dir, args.model_dir = str(rehearsal.data_dir), str(rehearsal.model_dir)
+    return rehearsed, args
 
 
 def _record(spec: Spec, outcome: Outcome) -> str | None:

@@ -36,8 +36,15 @@ from vtrepro.core.cli import (
 from vtrepro.core.io import check_output
 from vtrepro.model.loading import resolve_model
 from vtrepro.training.inputs import check_inputs, required_inputs
-from vtrepro.training.plan import DEFAULT_GPU_TFLOPS, check_recipe_lengths, describe_plan
+from vtrepro.training.plan import DEFAULT_GPU_TFLOPS, check_recipe_lengths, describe_plan, estimate_cost
 from vtrepro.training.recipe import Recipe, load_recipe
+from vtrepro.training.rehearsal import (
+    STANDINS_NAME,
+    Rehearsal,
+    describe_rehearsal,
+    rehearsal_recipe,
+    write_rehearsal_record,
+)
 from vtrepro.training.run_folder import FAILED_NAME, PREPARED_NAME, stage_dir
 from vtrepro.training.stages import run_stage
 
@@ -89,6 +96,24 @@ def run_recipe(recipe: Recipe, output: Path, data_dir=None, model_dir=None) -> P
         processes.close()
 
 
+def rehearse(recipe: Recipe, output: Path, args) -> int:
+    """``train --rehearse``: the recipe scaled down on stand-ins (beside ``output``, in ``standins/``), run as a
+    real run is (``--dry-run``: the plan of that run)."""
+    rehearsal = Rehearsal(output.parent / STANDINS_NAME)
+    check_output(output, [recipe.path, rehearsal.root], kind="folder")
+    cost = estimate_cost(recipe, args.model_dir, args.gpu_tflops)  # the real recipe's, from the models' shapes
+    scaled = rehearsal_recipe(recipe.path, rehearsal)
+    print(describe_rehearsal(rehearsal, cost))
+    if args.dry_run:
+        print(describe_plan(scaled, output, rehearsal.data_dir, rehearsal.model_dir, args.gpu_tflops))
+        return 0
+    final = run_recipe(scaled, output, rehearsal.data_dir, rehearsal.model_dir)
+    if int(os.environ.get("RANK", "0")) == 0:
+        write_rehearsal_record(output, rehearsal, cost)
+        logger.info(f"rehearsed: {final} (a stand-in model: never a result)")
+    return 0
+
+
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser("train", __doc__)
@@ -98,12 +123,17 @@ def main(argv: list[str] | None = None) -> int:
     add_data_dir(parser)
     add_model_dir(parser)
     parser.add_argument("--dry-run", action="store_true", help="validate the recipe, print the plan and cost, run nothing")
+    parser.add_argument("--rehearse", action="store_true",
+                        help="run the whole recipe at miniature size on stand-in models and data in their published "
+                             "formats (default --output runs/rehearse/train/<recipe name>); prints what it replaced")
     parser.add_argument("--gpu-tflops", type=positive_float, default=DEFAULT_GPU_TFLOPS,
                         help="sustained TFLOP/s assumed by the --dry-run cost estimate (default: %(default)s)")
     add_trust_remote_code(parser)
     args = parser.parse_args(argv)
     recipe = load_recipe(args.recipe)
     grant_remote_code(recipe.path, ["the recipe"] if recipe.trust_remote_code else [], args.trust_remote_code)
+    if args.rehearse:
+        return rehearse(recipe, args.output or Path("runs") / "rehearse" / "train" / recipe.name, args)
     check_recipe_lengths(recipe, args.model_dir)
     output = args.output or Path("runs") / "train" / recipe.name
     inputs = [resolve_model(value, args.model_dir) if kind == "model" else value

@@ -152,6 +152,9 @@ def _zscore_map(
 ) -> tuple[Tensor, dict[str, float]]:
     """``(b_ref - mean_ref) / std_ref * std_src + mean_src`` as ``b_ref * scale + shift``, in float64."""
     reference, source = reference_bias.double(), source_bias.double()
+    if not reference[reference_rows].std() > 0:  # a trained MLM bias varies; a constant one maps to NaN
+        raise VtreproError("the reference MLM bias is constant over its rows (an untrained model's zeros?): its "
+                           "z-score map is undefined; give a trained reference model")
     scale = (source[source_rows].std() / reference[reference_rows].std()).item()
     shift = (source[source_rows].mean() - scale * reference[reference_rows].mean()).item()
     return (reference * scale + shift).float(), {"scale": scale, "shift": shift}

@@ -1,0 +1,95 @@
+"""``regress --rehearse``: a spec run end to end at miniature size on stand-ins, before a GPU-hour is spent.
+
+Every condition and dataset of the spec runs through every stage the real run does (training recipes,
+vocabulary transfer and calibration, encoding, Lucene indexing, search, evaluation, the report), with the
+stand-ins of :mod:`vtrepro.training.rehearsal`: models replaced by random-weight ones of their family,
+datasets by miniature BEIR folders, recipes and encoder lengths scaled down. The spec is rewritten with
+every pin and published reference removed, so nothing is compared: the report is marked REHEARSAL.
+A condition whose model is a training run's folder (``runs/train/<recipe>/final``) of a shipped recipe
+rehearses that recipe first and uses its model.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ruamel.yaml.comments import CommentedMap
+
+from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import atomic_write
+from vtrepro.core.schema import read_yaml, round_trip_yaml
+from vtrepro.core.shipped import RECIPES_DIR
+from vtrepro.model.loading import looks_like_path
+from vtrepro.regress.spec import Spec
+from vtrepro.training.rehearsal import SCALED, Rehearsal, rehearsal_recipe
+
+REHEARSAL_ENCODER = {"max_length_doc": 32, "max_length_query": 16, "batch_size": 8}
+"""A rehearsal's encoder lengths and batch size (the scaled recipes' training lengths)."""
+PINS = ("scores", "reference", "index", "vectors")
+"""Dataset keys a rehearsal drops: nothing it computes is compared with a recorded or published figure."""
+CONDITION_REFERENCES = ("published", "reference_source", "reference_tolerance", "reference_average")
+TRAINED_FOLDER = re.compile(r"^(?:\./)?runs/train/(?P<recipe>[A-Za-z0-9_.-]+)/final/?$")
+"""A condition model that is a shipped recipe's training output, as the specs name it."""
+
+
+def _recipe_of_trained_folder(model: str) -> str | None:
+    match = TRAINED_FOLDER.match(model)
+    if match and (RECIPES_DIR / f"{match['recipe']}.yaml").is_file():
+        return match["recipe"]
+    return None
+
+
+def _stand_in_models(spec: Spec, rehearsal: Rehearsal) -> None:
+    for condition in spec.conditions:
+        names: list[str | None] = [condition.model] if condition.model and not condition.train else []
+        for stage in condition.stages:
+            options = stage.options.to_dict()
+            names += [options.get("target_tokenizer"), options.get("reference")]
+            if options.get("dataset"):
+                rehearsal.dataset(options["dataset"])
+            elif options.get("corpus"):
+                rehearsal.file(f"condition '{condition.name}' calibrate corpus", options["corpus"], {})
+        for name in filter(None, names):
+            if _recipe_of_trained_folder(name) is None:
+                rehearsal.model(name)
+        if condition.query_encoder == "idf" and condition.model and not condition.train:
+            rehearsal.idf_table(condition.model)
+
+
+def rehearsal_spec(spec: Spec, rehearsal: Rehearsal) -> Path:
+    """``spec`` rewritten for a rehearsal (its recipes scaled, its models and datasets stood in for, its pins
+    and references removed), written to ``<root>/specs/`` under its own name; its path."""
+    document = read_yaml(spec.path)
+    document["description"] = f"REHEARSAL (stand-in models and data, scaled down) of: {spec.description}"
+    for condition in spec.conditions:
+        node = document["conditions"][condition.name]
+        model = condition.model if not condition.stages else None
+        recipe = condition.train or (_recipe_of_trained_folder(model) if model else None)
+        if model and recipe and not condition.train:
+            rehearsal.substitutions.append(f"condition '{condition.name}': model {model} is trained by rehearsing "
+                                           f"recipe {recipe}")
+            del node["model"]
+        if recipe:
+            node["train"] = str(rehearsal_recipe(recipe, rehearsal).path)
+        elif model and looks_like_path(model):
+            raise VtreproError(f"{spec.path}: condition '{condition.name}': model {model} is a folder that is "
+                               "no shipped recipe trains; a rehearsal stands in for Hub models and shipped recipes' runs only")
+        encoder = node.get("encoder")
+        if condition.retrieval == "impact":
+            node["encoder"] = CommentedMap({**(encoder or {}), **REHEARSAL_ENCODER})
+        if isinstance(node.get("calibrate"), CommentedMap):
+            node["calibrate"] = CommentedMap({**node["calibrate"], **SCALED["calibrate"]})
+        for key in CONDITION_REFERENCES:
+            node.pop(key, None)
+        datasets = node["datasets"]
+        for name in list(datasets):
+            entry = datasets[name] if isinstance(datasets[name], CommentedMap) else CommentedMap()
+            datasets[name] = CommentedMap({key: value for key, value in entry.items() if key not in PINS}) or None
+            rehearsal.dataset(name)
+    _stand_in_models(spec, rehearsal)
+    path = rehearsal.root / "specs" / spec.path.name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path) as handle:
+        handle.write(f"# REHEARSAL of {spec.path} (vtrepro regress --rehearse): never compared with any pin\n")
+        round_trip_yaml().dump(document, handle)
+    return path
