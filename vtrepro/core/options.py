@@ -20,6 +20,8 @@ Example::
 
 Old spellings stay readable: a subclass maps them in ``RENAMED`` (key -> new key) and ``RENAMED_VALUES``
 (key -> {old value: new value}); reading one logs a one-line deprecation notice naming the file and line.
+Other spellings that stay valid (another project's name for the same option, e.g. the authors'
+``flops_threshold`` for ``doc_active_threshold``) are read by :func:`accept_aliases`, without a notice.
 
 A block within the block is a field declared with ``option(Field("mapping", ...), nested=OtherOptions)``;
 a rule between options (one of two keys, not both) is a subclass's :meth:`Options.conflict`, refused on
@@ -202,3 +204,19 @@ def modernize(check: Checker, node: Any, where: str, renamed: Mapping[str, str],
             logger.warning("%s: '%s' is deprecated; write '%s'", check.location(node, old), was, now)
             position = list(node).index(old)
             node.insert(position, new, node.pop(old))
+
+
+def accept_aliases(check: Checker, node: Any, where: str, aliases: Mapping[str, str],
+                   value_aliases: Mapping[str, Mapping[str, str]] | None = None) -> None:
+    """Rewrite the other spellings of keys (``aliases``: other -> name) and of values (``value_aliases``:
+    key -> {other: value}) of the YAML mapping ``node`` in place to vtrepro's, silently: both spellings
+    are valid and mean the same option. Giving one option in both spellings is an error at the second's line."""
+    for key, values in (value_aliases or {}).items():
+        for spelled in [key, *(other for other, name in aliases.items() if name == key)]:
+            if isinstance(node.get(spelled), str) and node[spelled] in values:
+                node[spelled] = values[node[spelled]]
+    for other, name in aliases.items():
+        if other in node:
+            if name in node:
+                raise check.fail(node, other, f"{where}.{other} is another spelling of {where}.{name}; give only one")
+            node.insert(list(node).index(other), name, node.pop(other))

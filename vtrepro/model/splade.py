@@ -7,6 +7,7 @@ monotone, so pooling the raw logits first gives the same weights while activatin
 from __future__ import annotations
 
 import copy
+import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Literal, Sequence, cast
@@ -16,8 +17,9 @@ import torch
 from torch import nn
 
 from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import write_json
 from vtrepro.core.progress import Progress
-from vtrepro.model.loading import load_masked_lm
+from vtrepro.model.loading import load_masked_lm, resolve_model
 from vtrepro.model.options import PRECISIONS, EncoderOptions
 from vtrepro.model.projection import ScreenedProjection, dense_max_logits, resolve_projection
 
@@ -32,6 +34,11 @@ UNBOUNDED_LENGTH = 1_000_000
 DTYPES = dict(zip(PRECISIONS, (torch.float32, torch.bfloat16, torch.float16)))
 """Precisions of the encoder body; the MLM head, the pooling and the decoder bias stay in float32."""
 
+
+ACTIVATION_FILE = "splade_activation.json"
+"""In a model folder trained with another activation than ``log1p``: ``{"activation": "log1p-log1p"}``
+(vtrepro train writes it into every checkpoint and ``final/``); :class:`SpladeEncoder` refuses to encode
+such a model with another activation."""
 
 DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
 """The device types vtrepro encodes on; torch parses more (meta, xla, hpu, ...), which would fail mid-run."""
@@ -84,6 +91,35 @@ def splade_activation(max_logits: torch.Tensor, activation: str = "log1p") -> to
     return torch.log1p(weights) if activation == "log1p-log1p" else weights
 
 
+def write_activation(folder: str | Path, activation: str) -> None:
+    """Record in a model folder the activation it was trained with (nothing for SPLADE's ``log1p``)."""
+    if activation != "log1p":
+        write_json(Path(folder) / ACTIVATION_FILE, {"activation": activation})
+
+
+def recorded_activation(folder: str | Path) -> str | None:
+    """The activation a model folder records (:data:`ACTIVATION_FILE`), None when it records none."""
+    path = Path(folder) / ACTIVATION_FILE
+    if not path.is_file():
+        return None
+    try:
+        activation = json.loads(path.read_text(encoding="utf-8")).get("activation")
+    except (ValueError, AttributeError):
+        activation = None
+    if not isinstance(activation, str):
+        raise VtreproError(f"{path}: expected {{\"activation\": \"log1p\" or \"log1p-log1p\"}}")
+    return activation
+
+
+def check_activation(model: str | Path, activation: str, model_dir: str | Path | None = None) -> None:
+    """Refuse to encode with ``activation`` a model folder trained with another one."""
+    folder = Path(resolve_model(model, model_dir))
+    trained = recorded_activation(folder) if folder.is_dir() else None
+    if trained is not None and trained != activation:
+        raise VtreproError(f"model {model} was trained with activation {trained} ({folder / ACTIVATION_FILE}); "
+                           f"encode it with --activation {trained} (a spec: encoder.activation: {trained})")
+
+
 class SpladeEncoder:
     """Encode texts into sparse SPLADE vectors with any ``AutoModelForMaskedLM`` checkpoint.
 
@@ -104,6 +140,7 @@ class SpladeEncoder:
     ) -> None:
         self.options = options
         self.device = check_device(device)
+        check_activation(model, options.activation, model_dir)
         self.model, self.tokenizer = load_masked_lm(model, model_dir, trust_remote_code)
         for value in (options.max_length_doc, options.max_length_query):
             _check_max_length(str(model), self.model, self.tokenizer, value)

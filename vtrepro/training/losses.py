@@ -46,9 +46,17 @@ def kl_distillation(student: Tensor, teacher: Tensor, temperature: float = 1.0) 
                     reduction="batchmean", log_target=True)
 
 
-def flops(representations: Tensor) -> Tensor:
-    """FLOPS regularizer (Paria et al. 2020): sum over terms of the squared mean weight, sum_j (mean_i w_ij)^2."""
-    return representations.abs().mean(dim=0).pow(2).sum()
+def flops(representations: Tensor, positions: int = 1) -> Tensor:
+    """FLOPS regularizer (Paria et al. 2020): sum over terms of the squared mean weight, sum_j (mean_i w_ij)^2.
+
+    With ``positions`` G > 1 the rows are the batch's groups of G documents (query-major, positive first)
+    and the term is summed over group positions, each averaged over the queries:
+    sum_p sum_j (mean_i w_ipj)^2, as the authors' trainer computes the documents' FLOPS
+    (``loss.doc_flops_by_position``, docs/training.md)."""
+    if positions == 1:
+        return representations.abs().mean(dim=0).pow(2).sum()
+    grouped = representations.abs().view(-1, positions, representations.shape[-1])
+    return grouped.mean(dim=0).pow(2).sum()
 
 
 def l1(representations: Tensor) -> Tensor:
@@ -63,6 +71,15 @@ def above_length(representations: Tensor, threshold: int | None) -> Tensor:
         return representations
     keep = (active_terms(representations) > threshold).to(representations.dtype)
     return representations * keep.unsqueeze(1)
+
+
+def document_regularizer(documents: Tensor, regularizer: str = "flops", threshold: int | None = None,
+                         positions: int = 1) -> Tensor:
+    """The documents' regularizer before its weight: ``flops`` or ``l1`` of the documents with more than
+    ``threshold`` active terms (:func:`above_length`); FLOPS summed over ``positions`` group positions
+    (:func:`flops`)."""
+    kept = above_length(documents, threshold)
+    return flops(kept, positions) if regularizer == "flops" else l1(kept)
 
 
 def active_terms(representations: Tensor) -> Tensor:

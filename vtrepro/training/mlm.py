@@ -12,6 +12,9 @@ tokenized with their special tokens, concatenated per 1,000 texts and cut into b
 for (``new_ids`` of the model's ``transfer_report.json``) selected twice as often as the others, the
 rate renormalized per batch so the overall masking rate stays ``--mask-rate``; and
 ``--schedule cosine`` as its recipe sets it.
+
+``--train-only-embeddings`` trains the input and output embeddings only (the authors' later
+``run_mlm.py --train_only_embeddings``): every other parameter is frozen.
 """
 from __future__ import annotations
 
@@ -83,6 +86,9 @@ class MlmOptions(Options):
     preset: str = option(Field(str, "vtrepro", PRESET_NAMES,
                                help="authors: 128-token blocks of concatenated texts and new tokens masked twice as "
                                     "often (run_vt.sh); vtrepro: one truncated text per row, uniform masking"))
+    train_only_embeddings: bool = option(Field(
+        bool, False, help="train only the input embeddings and the output embeddings (the decoder: its weight, "
+                          "tied or not, and its bias); freeze every other parameter"))
 
     def conflict(self) -> tuple[str | None, str] | None:
         if (self.dataset is None) == (self.corpus is None):
@@ -153,6 +159,25 @@ def new_token_ids(model: str | Path, model_dir: str | Path | None) -> list[int]:
     return [int(index) for index in json.loads(report.read_text(encoding="utf-8"))["new_ids"]]
 
 
+def embedding_parameters(model: Any) -> list[torch.nn.Parameter]:
+    """The parameters of the input and output embedding modules (the decoder's weight and bias), each once
+    (a tied decoder shares the input embeddings' weight): what ``train_only_embeddings`` trains. As the
+    authors' run_mlm.py (branch mdbert) unfreezes them: ``get_input_embeddings().parameters()`` and
+    ``get_output_embeddings().parameters()``."""
+    modules = [module for module in (model.get_input_embeddings(), model.get_output_embeddings()) if module is not None]
+    return list({id(parameter): parameter for module in modules for parameter in module.parameters()}.values())
+
+
+def freeze_all_but_embeddings(model: Any) -> list[torch.nn.Parameter]:
+    """Set ``requires_grad`` on the embedding parameters (:func:`embedding_parameters`) only; returns them."""
+    trained = embedding_parameters(model)
+    for parameter in model.parameters():
+        parameter.requires_grad = False
+    for parameter in trained:
+        parameter.requires_grad = True
+    return trained
+
+
 def train_mlm(model: Any, tokenizer: Any, texts: Sequence[str], options: MlmOptions,
               new_ids: Sequence[int] | None = None, *, weight_decay: float = 0.01, show_progress: bool = True,
               ) -> list[float]:
@@ -168,7 +193,8 @@ def train_mlm(model: Any, tokenizer: Any, texts: Sequence[str], options: MlmOpti
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device).train()
     steps, batch_size, max_length, seed = options.steps, options.batch_size, options.max_length, options.seed
-    optimizer = torch.optim.AdamW(model.parameters(), lr=options.lr, weight_decay=weight_decay)
+    trained = freeze_all_but_embeddings(model) if options.train_only_embeddings else list(model.parameters())
+    optimizer = torch.optim.AdamW(trained, lr=options.lr, weight_decay=weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(options.schedule, options.warmup_steps, steps))
     vocab_size = len(tokenizer)
     blocks = group_texts(tokenizer, texts, max_length) if options.released_recipe else None
@@ -197,7 +223,7 @@ def train_mlm(model: Any, tokenizer: Any, texts: Sequence[str], options: MlmOpti
                 loss = model(**inputs, labels=labels.to(device)).loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_(trained, 1.0)
             optimizer.step()
             scheduler.step()
             history.append(loss.item())
@@ -233,7 +259,8 @@ def run_mlm(
     report = {
         "model": str(model), **{key: getattr(options, key) for key in ("dataset", "corpus")}, "texts": len(texts),
         **{key: getattr(options, key) for key in ("steps", "mask_rate", "max_length", "lr", "batch_size",
-                                                  "warmup_steps", "dtype", "seed", "schedule", "preset")},
+                                                  "warmup_steps", "dtype", "seed", "schedule", "preset",
+                                                  "train_only_embeddings")},
         "rows": "blocks of concatenated texts" if authors else "one truncated text each",
         "new_token_weight": AUTHORS_NEW_TOKEN_WEIGHT if authors else 1.0,
         "loss_first_10_percent": round(sum(history[:tenth]) / tenth, 4),

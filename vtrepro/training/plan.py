@@ -29,6 +29,9 @@ KNOWN_ARCHITECTURES: dict[str, tuple[str, dict[str, int]]] = {
     # The authors' MLM-adapted chemistry checkpoint (recipe chem_splade), not on the Hub: "a plain BERT MLM
     # checkpoint" (chem/train_chem.py:169 @6addf32); costed as BERT-base with bert-base-uncased's vocabulary.
     "mlm_model-1000-b3": ("bert", {}),
+    # coCondenser (Gao & Callan 2022), the start of the authors' config_l0.yaml (recipe authors_l0): a BERT-base
+    # further pre-trained from bert-base-uncased; its config.json is not read here, so costed as bert-base-uncased.
+    "Luyu/co-condenser-marco": ("bert", {}),
 }
 """Hub models whose shape the cost estimate knows offline: transformers' default config of the model type
 with the published config.json's sizes."""
@@ -153,7 +156,8 @@ def describe_plan(recipe: Recipe, output: Path, data_dir, model_dir, gpu_tflops:
     lines.append(f"   data: {source}; {data['negatives']} negative(s) per query{teacher}")
     lines.append(f"   queries: {'IDF (inference-free)' if recipe.query_encoder == 'idf' else 'SPLADE encoder'}; "
                  f"loss {loss['ranking']}, {loss['query_regularizer']} q {loss['lambda_q']:g}, "
-                 f"{loss['doc_regularizer']} d {loss['lambda_d']:g}, warm-up {loss['flops_warmup_steps']} steps")
+                 f"{loss['doc_regularizer']} d {loss['lambda_d']:g}, warm-up {loss['flops_warmup_steps']} steps"
+                 + _loss_extras(recipe))
     lines.append(f"   {training['steps']} steps x {training['batch_size']} queries, lr {training['lr']:g} "
                  f"({training['schedule']}, warm-up {training['lr_warmup_steps']}), max length q {training['max_length_query']} "
                  f"/ d {training['max_length_doc']}, {training['dtype']}, checkpoint every {training['save_every']}")
@@ -162,6 +166,16 @@ def describe_plan(recipe: Recipe, output: Path, data_dir, model_dir, gpu_tflops:
         where, problem = availability(kind, value, data_dir, model_dir)
         lines.append(f"  {label}: {kind} {value}: {where}" + (f" ({problem})" if problem else ""))
     return "\n".join(lines + estimate_cost(recipe, model_dir, gpu_tflops))
+
+
+def _loss_extras(recipe: Recipe) -> str:
+    """The non-default document-term and activation settings, as the plan's loss line ends."""
+    loss = recipe.loss
+    threshold = loss["doc_active_threshold"]
+    extras = [f"d on documents over {threshold} active terms"] if threshold is not None else []
+    extras += ["d summed over group positions"] if loss["doc_flops_by_position"] else []
+    extras += [f"activation {recipe.activation}"] if recipe.activation != "log1p" else []
+    return "".join(f", {extra}" for extra in extras)
 
 
 def _stage_command(stage: Stage, model: str, out: Path) -> str:

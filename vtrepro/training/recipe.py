@@ -13,9 +13,10 @@ from typing import Any
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from vtrepro.core.options import modernize
+from vtrepro.core.options import accept_aliases, modernize
 from vtrepro.core.schema import MAX_BATCH_SIZE, MAX_TEXT_TOKENS, Checker, Field, read_mapping_file
 from vtrepro.core.shipped import RECIPES_DIR, find_shipped
+from vtrepro.model.options import EncoderOptions
 from vtrepro.search.runs import MAX_K
 from vtrepro.training.mlm import DTYPES, OLD_DTYPES
 from vtrepro.training.stages import STAGE_OPTIONS, Stage, read_stage
@@ -29,6 +30,7 @@ _TOP = {
     "query_encoder": Field(str, "splade", ("splade", "idf")), "idf_corpus": Field(str, None, nullable=True),
     "stages": Field("list", []), "data": Field("mapping"), "loss": Field("mapping", {}),
     "training": Field("mapping"),
+    "activation": EncoderOptions.schema()["activation"],
 }
 _DATA_COMMON = {
     "format": Field(str, choices=("beir", "triples", "msmarco", "pairs")),
@@ -54,7 +56,13 @@ _LOSS = {
     "lambda_d": Field(float, 0.0, minimum=0), "flops_warmup_steps": Field(int, 0, minimum=0),
     "query_regularizer": Field(str, "flops", ("flops", "l1")), "doc_regularizer": Field(str, "flops", ("flops", "l1")),
     "doc_active_threshold": Field(int, None, minimum=0, nullable=True),
+    "doc_flops_by_position": Field(bool, False),
 }
+_LOSS_ALIASES = {"flops_threshold": "doc_active_threshold"}
+"""The authors' keys (scripts/args.py of zhichao-aws/opensearch-sparse-model-tuning-sample) for the same
+options: valid spellings, read without a notice; giving both is an error."""
+_LOSS_VALUE_ALIASES = {"ranking": {"kldiv": "kl", "marginmse": "margin_mse"}}
+"""The authors' loss names (LOSS_CLS_MAP in their scripts/train/loss.py) for the same losses."""
 _TRAINING = {
     "steps": Field(int, minimum=1), "batch_size": Field(int, 32, minimum=1, maximum=MAX_BATCH_SIZE),
     "lr": Field(float, 2e-5, above=0),
@@ -71,6 +79,15 @@ _TRAINING_RENAMED = {"precision": "dtype"}
 """Old training keys, read with a deprecation notice (``dtype`` is spelled so in specs and the mlm stage too)."""
 # Settings that do not change the trained weights: a resumed run may differ in them.
 _NOT_FINGERPRINTED = {"description", "save_every", "keep_checkpoints", "cpu_threads"}
+# Options added after runs were trained, with the default those runs had: left out of the fingerprint at
+# that default, so the runs already trained keep theirs (they resume and regress finds them).
+_ADDED_LATER: dict[str, dict[str, Any]] = {
+    "top": {"activation": "log1p"}, "loss": {"doc_flops_by_position": False}, "mlm": {"train_only_embeddings": False},
+}
+
+
+def _without_later_defaults(options: dict[str, Any], added: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in options.items() if key not in added or value != added[key]}
 
 
 def _fingerprint_spelling(options: dict[str, Any]) -> dict[str, Any]:
@@ -96,13 +113,18 @@ class Recipe:
     query_encoder: str = "splade"
     idf_corpus: str | None = None
     stages: tuple[Stage, ...] = ()
+    activation: str = "log1p"
 
     def fingerprint(self) -> str:
         """SHA-256 of every setting that shapes the trained weights."""
-        settings = {key: value for key, value in asdict(self).items() if key not in ("path", "name", "description")}
+        settings = _without_later_defaults(
+            {key: value for key, value in asdict(self).items() if key not in ("path", "name", "description")},
+            _ADDED_LATER["top"])
+        settings["loss"] = _without_later_defaults(self.loss, _ADDED_LATER["loss"])
         settings["training"] = _fingerprint_spelling(
             {key: value for key, value in self.training.items() if key not in _NOT_FINGERPRINTED})
-        settings["stages"] = [{**stage, "options": _fingerprint_spelling(stage["options"])}
+        settings["stages"] = [{**stage, "options": _fingerprint_spelling(
+            _without_later_defaults(stage["options"], _ADDED_LATER.get(stage["name"], {})))}
                               for stage in settings["stages"]]
         return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -127,6 +149,8 @@ def load_recipe(recipe: str | Path) -> Recipe:
         raise check.fail(data_node, "format" if "format" in data_node else None,
                          f"data.format must be one of {', '.join(_DATA_FORMATS)}")
     data = check.read(document, "data", {**_DATA_COMMON, **_DATA_FORMATS[data_node["format"]]}, "data")
+    if isinstance(document.get("loss"), CommentedMap):
+        accept_aliases(check, document["loss"], "loss", _LOSS_ALIASES, _LOSS_VALUE_ALIASES)
     loss = check.read(document, "loss", _LOSS, "loss")
     if isinstance(document.get("training"), CommentedMap):
         modernize(check, document["training"], "training", _TRAINING_RENAMED, {"dtype": OLD_DTYPES})
@@ -134,7 +158,8 @@ def load_recipe(recipe: str | Path) -> Recipe:
     stages = tuple(_read_stage(check, top["stages"], index) for index in range(len(top["stages"])))
     loaded = Recipe(path=path, name=path.stem, model=top["model"], data=data, loss=loss, training=training,
                     description=top["description"], trust_remote_code=top["trust_remote_code"],
-                    query_encoder=top["query_encoder"], idf_corpus=top["idf_corpus"], stages=stages)
+                    query_encoder=top["query_encoder"], idf_corpus=top["idf_corpus"], stages=stages,
+                    activation=top["activation"])
     _check_consistency(check, document, loaded)
     return loaded
 
@@ -177,6 +202,9 @@ def _check_consistency(check: Checker, document: CommentedMap, recipe: Recipe) -
                                                          "(a BEIR dataset or a corpus file)")
     elif recipe.idf_corpus is not None:
         raise check.fail(document, "idf_corpus", "idf_corpus is only used with query_encoder: idf")
+    if recipe.loss["doc_flops_by_position"] and recipe.loss["doc_regularizer"] != "flops":
+        raise check.fail(loss, "doc_flops_by_position", "loss.doc_flops_by_position sums the FLOPS term over group "
+                                                        "positions: set loss.doc_regularizer to flops")
     if recipe.training["lr_warmup_steps"] >= recipe.training["steps"]:
         raise check.fail(training, "lr_warmup_steps", "training.lr_warmup_steps must be below training.steps")
 

@@ -48,14 +48,16 @@ class MaxPooledProjection(torch.autograd.Function):
 
 class SpladeModel(nn.Module):
     """A masked LM as a SPLADE encoder: (texts) -> (n, V) weights log(1 + relu(max over real tokens of
-    the MLM logits)), special-token terms zeroed. ``forward`` takes several tokenized batches at once so
-    DDP sees one forward per step."""
+    the MLM logits)), or with ``activation`` log1p-log1p log(1 + log(1 + relu(.))) (the encoder's
+    :func:`~vtrepro.model.splade.splade_activation`), special-token terms zeroed. ``forward`` takes several
+    tokenized batches at once so DDP sees one forward per step."""
 
     keep: Tensor  # buffer: 0.0 for special-token terms and ids past the tokenizer, else 1.0
 
-    def __init__(self, name: str, mlm: PreTrainedModel, tokenizer: Any):
+    def __init__(self, name: str, mlm: PreTrainedModel, tokenizer: Any, activation: str = "log1p"):
         super().__init__()
         self.mlm = mlm
+        self.activation = activation
         self.head = mlm_head_transform(name, mlm.eval(), tokenizer)  # shares the MLM head's parameters
         self.decoder: nn.Linear = mlm.get_output_embeddings()  # a Linear: mlm_head_transform checks it
         keep = torch.ones(self.decoder.out_features)
@@ -67,7 +69,7 @@ class SpladeModel(nn.Module):
         mask = batch["attention_mask"].bool()
         pooled = MaxPooledProjection.apply(self.head(hidden[mask]), self.decoder.weight, self.decoder.bias,
                                            mask.sum(dim=1).tolist())
-        return splade_activation(pooled.float()) * self.keep
+        return splade_activation(pooled.float(), self.activation) * self.keep
 
     def forward(self, *batches: dict[str, Tensor]) -> tuple[Tensor, ...]:
         return tuple(self.encode(batch) for batch in batches)

@@ -22,6 +22,7 @@ from vtrepro.data.availability import data_path
 from vtrepro.data.texts import dataset_or_file_texts
 from vtrepro.model.idf import IDF_NAME, IdfQueryEncoder
 from vtrepro.model.loading import load_masked_lm
+from vtrepro.model.splade import write_activation
 from vtrepro.training import data as training_data
 from vtrepro.training import losses
 from vtrepro.training.distributed import Processes, rng_state, set_rng_state
@@ -145,7 +146,7 @@ class Trainer:
             if limit is not None and value > limit:
                 raise VtreproError(f"{self.recipe.path}: training.{name} {value} exceeds the model's limit "
                                    f"of {limit} tokens")
-        self.model = SpladeModel(source, mlm, self.tokenizer).to(self.processes.device)
+        self.model = SpladeModel(source, mlm, self.tokenizer, self.recipe.activation).to(self.processes.device)
         if self.training["dropout"] is not None:
             set_dropout(self.model, self.training["dropout"])
         self.model.train()
@@ -198,10 +199,11 @@ class Trainer:
             ranking = (losses.margin_mse(student, teacher) if config["ranking"] == "margin_mse"
                        else losses.kl_distillation(student, teacher, config["temperature"]))
         regularizers = {"flops": losses.flops, "l1": losses.l1}
+        positions = self.recipe.group_size if config["doc_flops_by_position"] else 1
         lambda_q = losses.warmup_weight(config["lambda_q"], step + 1, config["flops_warmup_steps"])
         lambda_d = losses.warmup_weight(config["lambda_d"], step + 1, config["flops_warmup_steps"])
-        regularization = lambda_d * regularizers[config["doc_regularizer"]](
-            losses.above_length(doc_reps, config["doc_active_threshold"]))
+        regularization = lambda_d * losses.document_regularizer(
+            doc_reps, config["doc_regularizer"], config["doc_active_threshold"], positions)
         if self.idf is None:
             regularization = regularization + lambda_q * regularizers[config["query_regularizer"]](query_reps)
         loss = ranking + regularization
@@ -244,6 +246,7 @@ class Trainer:
         return self.save_final()
 
     def _extra_files(self, folder: Path) -> None:
+        write_activation(folder, self.recipe.activation)
         if self.idf is not None:
             self.idf.save(folder)
 

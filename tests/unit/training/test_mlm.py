@@ -1,6 +1,7 @@
 """MLM adaptation as the authors ran it: grouped blocks, new tokens masked twice as often, cosine decay."""
 from __future__ import annotations
 
+import copy
 import json
 import math
 from pathlib import Path
@@ -9,7 +10,17 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from vtrepro.training.mlm import GROUP_TEXTS, MlmOptions, group_texts, mask_tokens, run_mlm, selection_rates
+from vtrepro.training.mlm import (
+    GROUP_TEXTS,
+    MlmOptions,
+    build_parser,
+    embedding_parameters,
+    group_texts,
+    mask_tokens,
+    run_mlm,
+    selection_rates,
+    train_mlm,
+)
 from vtrepro.training.schedule import lr_factor
 from vtrepro.vocabulary.transfer import TransferOptions, run_transfer
 
@@ -57,3 +68,40 @@ def test_authors_preset_reads_the_new_tokens_of_a_transfer(splade_tiny: Path, da
     assert (mlm["preset"], mlm["rows"], mlm["new_token_weight"], mlm["schedule"]) == (
         "authors", "blocks of concatenated texts", 2.0, "cosine")
     assert json.loads((tmp_path / "mlm" / "mlm_report.json").read_text())["steps"] == 3
+
+
+TEXTS = ["heart attack risk in older adults", "protein folding in yeast cells", "the heart rate of mice",
+         "vitamin d and bone density"] * 2
+
+
+def _trained_names(encoder, options: MlmOptions) -> tuple[set[str], list[str]]:
+    """Every named parameter of a copy of the shared splade-tiny (tied ones under each name) that ``options``'
+    MLM steps changed, and the names of the parameters :func:`embedding_parameters` gives."""
+    model = copy.deepcopy(encoder.model)
+    embedding_ids = {id(parameter) for parameter in embedding_parameters(model)}
+    named = dict(model.named_parameters(remove_duplicate=False))
+    before = {name: parameter.detach().clone() for name, parameter in named.items()}
+    train_mlm(model, encoder.tokenizer, TEXTS, options, show_progress=False)
+    changed = {name for name, parameter in named.items() if not torch.equal(parameter.detach(), before[name])}
+    return changed, sorted(name for name, parameter in named.items() if id(parameter) in embedding_ids)
+
+
+def test_train_only_embeddings_changes_the_embeddings_and_nothing_else(tiny_encoder) -> None:
+    # The authors' run_mlm.py (mdbert 65b2e82, lines 526-549) freezes every parameter, then unfreezes
+    # get_input_embeddings().parameters() and get_output_embeddings().parameters(): for BERT the word
+    # embeddings, the decoder's weight (tied to them) and the decoder's bias (cls.predictions.bias).
+    options = MlmOptions(dataset="d", steps=2, batch_size=4, max_length=16, lr=1e-3, mask_rate=0.3,
+                         train_only_embeddings=True)
+    changed, embeddings = _trained_names(tiny_encoder, options)
+    assert embeddings == ["bert.embeddings.word_embeddings.weight", "cls.predictions.bias",
+                          "cls.predictions.decoder.bias", "cls.predictions.decoder.weight"]
+    assert changed == set(embeddings)
+    everything, _ = _trained_names(tiny_encoder, options.replace(train_only_embeddings=False, steps=1))
+    assert "bert.encoder.layer.0.attention.self.query.weight" in everything and len(everything) > len(changed)
+
+
+def test_train_only_embeddings_is_a_flag_of_the_mlm_command() -> None:
+    args = build_parser().parse_args(["--model", "m", "--dataset", "d", "--output", "o", "--train-only-embeddings"])
+    assert MlmOptions.from_args(args).train_only_embeddings is True
+    assert MlmOptions(dataset="d", train_only_embeddings=True).to_argv(["train_only_embeddings"]) == [
+        "--train-only-embeddings"]
