@@ -72,8 +72,9 @@ def rehearsal_spec(spec: Spec, rehearsal: Rehearsal) -> Path:
         if recipe:
             node["train"] = str(rehearsal_recipe(recipe, rehearsal).path)
         elif model and looks_like_path(model):
-            raise VtreproError(f"{spec.path}: condition '{condition.name}': model {model} is a folder that is "
-                               "no shipped recipe trains; a rehearsal stands in for Hub models and shipped recipes' runs only")
+            raise VtreproError(f"{spec.path}: condition '{condition.name}': model {model} is a folder, which a "
+                               "rehearsal cannot stand in for (it stands in for Hub models, and for runs/train/<recipe>/"
+                               "final of a shipped recipe)")
         encoder = node.get("encoder")
         if condition.retrieval == "impact":
             node["encoder"] = CommentedMap({**(encoder or {}), **REHEARSAL_ENCODER})
