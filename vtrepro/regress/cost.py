@@ -9,6 +9,10 @@ side is a few thousand short texts beside millions of documents. Indexing and se
 """
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+from vtrepro.core.shipped import RECIPES_DIR
 from vtrepro.data.beir import HUB_DATASETS
 from vtrepro.regress.spec import Condition, DatasetRun, Spec
 from vtrepro.training.plan import DEFAULT_GPU_TFLOPS, flops_per_token, format_flops, model_architecture
@@ -52,10 +56,24 @@ def forward_flops_per_token(model: str, model_dir: str | None) -> float | None:
     return None
 
 
+TRAINED_FOLDER = re.compile(r"^(?:\./)?runs/train/(?P<recipe>[A-Za-z0-9_.-]+)/final/?$")
+"""A condition model that is a shipped recipe's training output, as the specs name it."""
+
+
+def recipe_of_trained_folder(model: str) -> str | None:
+    """The shipped recipe whose run folder ``model`` names (``runs/train/<recipe>/final``), or None."""
+    match = TRAINED_FOLDER.match(model)
+    if match and (RECIPES_DIR / f"{match['recipe']}.yaml").is_file():
+        return match["recipe"]
+    return None
+
+
 def _encoded_model(condition: Condition) -> str | None:
-    """The model whose shape encodes the documents: the condition's own, or its recipe's starting model."""
-    if condition.train:
-        return load_recipe(condition.train).model
+    """The model whose shape encodes the documents: the condition's own, or its recipe's starting model (also
+    for a shipped recipe's run folder not trained yet)."""
+    recipe = condition.train or (recipe_of_trained_folder(condition.model) if condition.model else None)
+    if recipe and not (condition.model and Path(condition.model).is_dir()):
+        return load_recipe(recipe).model
     return condition.model
 
 

@@ -10,7 +10,6 @@ rehearses that recipe first and uses its model.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from ruamel.yaml.comments import CommentedMap
@@ -18,8 +17,8 @@ from ruamel.yaml.comments import CommentedMap
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write
 from vtrepro.core.schema import read_yaml, round_trip_yaml
-from vtrepro.core.shipped import RECIPES_DIR
 from vtrepro.model.loading import looks_like_path
+from vtrepro.regress.cost import recipe_of_trained_folder
 from vtrepro.regress.spec import Spec
 from vtrepro.training.rehearsal import SCALED, Rehearsal, rehearsal_recipe
 
@@ -28,17 +27,6 @@ REHEARSAL_ENCODER = {"max_length_doc": 32, "max_length_query": 16, "batch_size":
 PINS = ("scores", "reference", "index", "vectors")
 """Dataset keys a rehearsal drops: nothing it computes is compared with a recorded or published figure."""
 CONDITION_REFERENCES = ("published", "reference_source", "reference_tolerance", "reference_average")
-TRAINED_FOLDER = re.compile(r"^(?:\./)?runs/train/(?P<recipe>[A-Za-z0-9_.-]+)/final/?$")
-"""A condition model that is a shipped recipe's training output, as the specs name it."""
-
-
-def _recipe_of_trained_folder(model: str) -> str | None:
-    match = TRAINED_FOLDER.match(model)
-    if match and (RECIPES_DIR / f"{match['recipe']}.yaml").is_file():
-        return match["recipe"]
-    return None
-
-
 def _stand_in_models(spec: Spec, rehearsal: Rehearsal) -> None:
     for condition in spec.conditions:
         names: list[str | None] = [condition.model] if condition.model and not condition.train else []
@@ -50,7 +38,7 @@ def _stand_in_models(spec: Spec, rehearsal: Rehearsal) -> None:
             elif options.get("corpus"):
                 rehearsal.file(f"condition '{condition.name}' calibrate corpus", options["corpus"], {})
         for name in filter(None, names):
-            if _recipe_of_trained_folder(name) is None:
+            if recipe_of_trained_folder(name) is None:
                 rehearsal.model(name)
         if condition.query_encoder == "idf" and condition.model and not condition.train:
             rehearsal.idf_table(condition.model)
@@ -64,7 +52,7 @@ def rehearsal_spec(spec: Spec, rehearsal: Rehearsal) -> Path:
     for condition in spec.conditions:
         node = document["conditions"][condition.name]
         model = condition.model if not condition.stages else None
-        recipe = condition.train or (_recipe_of_trained_folder(model) if model else None)
+        recipe = condition.train or (recipe_of_trained_folder(model) if model else None)
         if model and recipe and not condition.train:
             rehearsal.substitutions.append(f"condition '{condition.name}': model {model} is trained by rehearsing "
                                            f"recipe {recipe}")

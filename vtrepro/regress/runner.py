@@ -50,7 +50,7 @@ from vtrepro.regress.compare import (
 )
 from vtrepro.regress.conditions import ConditionRunner, describe_source
 from vtrepro.regress.context import RunContext
-from vtrepro.regress.cost import encoding_cost
+from vtrepro.regress.cost import encoding_cost, recipe_of_trained_folder
 from vtrepro.regress.rehearsal import rehearsal_spec
 from vtrepro.regress.report import format_table, judged, tally, write_report
 from vtrepro.regress.sources import check_encoded, vector_sources
@@ -64,6 +64,7 @@ from vtrepro.report.results import (
     STATUS_OKISH,
     STATUS_UNPINNED,
 )
+from vtrepro.training.plan import DEFAULT_GPU_TFLOPS, estimate_cost
 from vtrepro.training.recipe import load_recipe
 from vtrepro.training.rehearsal import REHEARSAL_NAME, STANDINS_NAME, Rehearsal, describe_rehearsal
 from vtrepro.training.stages import Stage
@@ -289,6 +290,10 @@ def _rehearsal(spec: Spec, args):
     args.output = args.output or Path("runs") / "rehearse"
     rehearsal = Rehearsal(args.output / STANDINS_NAME)
     cost = encoding_cost(spec, list(selected_runs(spec, args.datasets)), args.model_dir)
+    trained = dict.fromkeys(condition.train or recipe_of_trained_folder(condition.model or "")
+                            for condition in spec.conditions)
+    cost += [f"training {name}: {estimate_cost(load_recipe(name), args.model_dir, DEFAULT_GPU_TFLOPS)[-1].strip()}"
+             for name in trained if name]
     rehearsed = load_spec(rehearsal_spec(spec, rehearsal))
     print(describe_rehearsal(rehearsal, cost))
     args.data_dir, args.model_dir = str(rehearsal.data_dir), str(rehearsal.model_dir)
