@@ -95,8 +95,9 @@ def _training_plan(recipe_name: str, train_root: Path) -> str:
     return f"model {final} from recipe {recipe.path} ({state})"
 
 
-def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], context: RunContext) -> str:
-    """What a run would do, and whether each model and dataset is available here."""
+def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], context: RunContext,
+                  cost: bool = True) -> str:
+    """What a run would do, whether each model and dataset is available here, and (``cost``) its encoding cost."""
     lines = [f"{spec.path}: {len(selected)} run(s), metrics {', '.join(spec.metrics)}, top {spec.k}"]
     problems: dict[str, str] = {}
     for condition, dataset in selected:
@@ -120,7 +121,7 @@ def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], cont
             f"{'local' if local else 'to download'}; {pinned} pinned score(s), {len(dataset.reference)} published"
         )
     lines += [f"missing: {problem}" for problem in problems.values()]
-    lines += encoding_cost(spec, selected, context.model_dir)
+    lines += encoding_cost(spec, selected, context.model_dir) if cost else []
     return "\n".join(lines)
 
 
@@ -229,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     if context.record:
         check_replaceable(spec.path)
     if args.dry_run:
-        print(describe_plan(spec, selected, context))
+        print(describe_plan(spec, selected, context, cost=not args.rehearse))  # a rehearsal printed the real cost
         return EXIT_OK
     datasets = {}
     for condition, dataset_run in selected:  # fail on missing data or a bad training recipe before any work

@@ -97,9 +97,12 @@ def run_recipe(recipe: Recipe, output: Path, data_dir=None, model_dir=None) -> P
 
 
 def rehearse(recipe: Recipe, output: Path, args) -> int:
-    """``train --rehearse``: the recipe scaled down on stand-ins (beside ``output``, in ``standins/``), run as a
-    real run is (``--dry-run``: the plan of that run)."""
-    rehearsal = Rehearsal(output.parent / STANDINS_NAME)
+    """``train --rehearse``: the recipe scaled down on stand-ins, run as a real run is (``--dry-run``: the plan
+    of that run). The stand-ins are those ``regress --rehearse`` uses for the same root: ``<root>/standins/``
+    for a run folder ``<root>/train/<name>`` (else beside the run folder), so a recipe rehearsed here is the
+    one a spec rehearsal trains, and is reused."""
+    root = output.parent.parent if output.parent.name == "train" else output.parent
+    rehearsal = Rehearsal(root / STANDINS_NAME)
     check_output(output, [recipe.path, rehearsal.root], kind="folder")
     cost = estimate_cost(recipe, args.model_dir, args.gpu_tflops)  # the real recipe's, from the models' shapes
     scaled = rehearsal_recipe(recipe.path, rehearsal)
