@@ -10,6 +10,7 @@ shared assets; nothing is written into them.
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
@@ -322,3 +323,25 @@ def test_a_pickle_in_a_vector_bundle_is_never_opened(splade_tiny, texts, marker,
                                     "--output", tmp_path / "again"], capsys)
     assert code == 0, stderr
     assert snapshot(tmp_path / "runs") == before
+
+
+def test_a_planted_teacher_pickle_stops_train_before_any_step(marker, splade_tiny, tmp_path, capsys) -> None:
+    """The published teacher-scores name holding a pickle that calls code: `train` refuses it with one line
+    naming the opcode, nothing runs and no checkpoint is written (the real format trains: test_rehearsals)."""
+    from vtrepro.data.standins import Collection, write_hard_negatives, write_tsv
+
+    collection = Collection.make("msmarco")
+    data = tmp_path / "data"
+    data.mkdir()
+    write_hard_negatives(data / "hn.jsonl.gz", collection, "msmarco")
+    write_tsv(data / "collection.tsv", collection.documents)
+    write_tsv(data / "queries.train.tsv", collection.queries)
+    (data / "scores.pkl.gz").write_bytes(gzip.compress(pickle.dumps({1: Plant(marker)}, protocol=4)))
+    recipe = write_recipe(tmp_path / "distill.yaml", {
+        "model": str(splade_tiny), "loss": {"ranking": "margin_mse", "in_batch_negatives": False},
+        "data": {"format": "msmarco", "hard_negatives": "hn.jsonl.gz", "collection": "collection.tsv",
+                 "queries": "queries.train.tsv", "teacher": "scores.pkl.gz"},
+        "training": {"steps": 2, "batch_size": 2, "max_length_doc": 32, "save_every": 1}})
+    code, err = vtrepro_command(["train", "--recipe", recipe, "--data-dir", data, "--output", tmp_path / "run"], capsys)
+    assert_one_error_line(code, err, "scores.pkl.gz: opcode STACK_GLOBAL at byte", "never runs what one names")
+    assert not list((tmp_path / "run").glob("checkpoint-*"))

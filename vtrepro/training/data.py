@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, read_jsonl
+from vtrepro.core.pickled import read_plain_pickle
 from vtrepro.data.beir import load_dataset
 from vtrepro.data.texts import read_tsv_texts
 from vtrepro.index.lucene import build_bm25_index
@@ -163,19 +164,17 @@ PICKLE_SUFFIXES = (".pkl", ".pkl.gz", ".pickle", ".pickle.gz")
 
 
 def read_teacher_scores(path: str | Path, wanted: dict[str, set[str]] | None = None) -> dict[str, dict[str, float]]:
-    """``{qid: {docid: score}}`` from JSONL lines ``{"qid", "docid", "score"}``; ids as strings.
+    """``{qid: {docid: score}}`` from JSONL lines ``{"qid", "docid", "score"}``, or from a pickled dict
+    ``{qid: {docid: score}}`` as sentence-transformers publishes its cross-encoder scores (``*.pkl.gz``), read as
+    plain data without unpickling (:func:`vtrepro.core.pickled.read_plain_pickle`); ids as strings.
 
-    With ``wanted``, only those query / document pairs are kept. A pickle is refused without being
-    opened: unpickling a file someone sent can run code.
+    With ``wanted``, only those query / document pairs are kept (a pickle's other queries are dropped as read).
     """
     path = Path(path)
     if not path.is_file():
         raise VtreproError(f"{path}: teacher scores file not found")
     if path.name.endswith(PICKLE_SUFFIXES):
-        raise VtreproError(
-            f"{path}: pickled teacher scores, which vtrepro never unpickles (a pickle can run code); convert a "
-            "file you trust to JSONL lines {\"qid\", \"docid\", \"score\"} (docs/training.md shows the command) "
-            "and set data.teacher to it")
+        return _pickled_teacher_scores(path, wanted)
     scores: dict[str, dict[str, float]] = {}
     for line, record in read_jsonl(path):
         qid, docid, score = record.get("qid"), record.get("docid"), record.get("score")
@@ -184,6 +183,27 @@ def read_teacher_scores(path: str | Path, wanted: dict[str, set[str]] | None = N
         qid, docid = str(qid), str(docid)
         if wanted is None or docid in wanted.get(qid, ()):
             scores.setdefault(qid, {})[docid] = float(score)
+    return scores
+
+
+def _pickled_teacher_scores(path: Path, wanted: dict[str, set[str]] | None) -> dict[str, dict[str, float]]:
+    """The published ``{qid: {pid: score}}`` pickle (integer or string ids), its shape checked entry by entry."""
+    data = read_plain_pickle(path, keep=None if wanted is None else lambda qid: str(qid) in wanted)
+    if not isinstance(data, dict):
+        raise VtreproError(f"{path}: expected a pickled dict {{qid: {{passage id: score}}}}, got a {type(data).__name__}")
+    scores: dict[str, dict[str, float]] = {}
+    for qid, hits in data.items():
+        if not isinstance(qid, (int, str)) or isinstance(qid, bool) or not isinstance(hits, dict):
+            raise VtreproError(f"{path}: query {qid!r:.40}: expected {{qid: {{passage id: score}}}} with int or str "
+                               f"ids, got a {type(hits).__name__} under a {type(qid).__name__} key")
+        kept = wanted.get(str(qid), set()) if wanted is not None else None
+        for pid, score in hits.items():
+            if not isinstance(pid, (int, str)) or isinstance(pid, bool) or isinstance(score, bool) \
+                    or not isinstance(score, (int, float)):
+                raise VtreproError(f"{path}: query {qid!r:.40}, passage {pid!r:.40}: expected an int or str id "
+                                   f"and a number, got {type(pid).__name__} and {type(score).__name__}")
+            if kept is None or str(pid) in kept:
+                scores.setdefault(str(qid), {})[str(pid)] = float(score)
     return scores
 
 

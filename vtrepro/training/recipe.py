@@ -180,7 +180,7 @@ def _check_consistency(check: Checker, document: CommentedMap, recipe: Recipe) -
     if recipe.loss["ranking"] in ("margin_mse", "kl"):
         if recipe.data["teacher"] is None:
             raise check.fail(loss, "ranking", f"loss.ranking {recipe.loss['ranking']} needs teacher scores: "
-                                               "set data.teacher (JSONL {qid, docid, score})")
+                                               "set data.teacher (JSONL {qid, docid, score}, or the published pickled dict)")
         if recipe.data["negatives"] < 1:
             raise check.fail(data, "negatives", f"loss.ranking {recipe.loss['ranking']} needs data.negatives >= 1")
     if recipe.data["format"] == "triples":

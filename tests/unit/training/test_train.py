@@ -229,7 +229,9 @@ def test_msmarco_hard_negatives_with_cross_encoder_scores(tmp_path) -> None:
     assert example.teacher == [9.0, {"passage 11": 2.0, "passage 12": 1.0}[example.documents[1]]]
 
 
-def test_teacher_jsonl_and_pickles_refused_unopened(tmp_path) -> None:
+def test_teacher_jsonl_and_planted_pickles(tmp_path) -> None:
+    """JSONL scores; a pickle that calls code is refused without running it (tests/unit/core/test_pickled.py has
+    the published format in every protocol and the planted catalogue)."""
     (tmp_path / "t.jsonl").write_text('{"qid": "q", "docid": "d", "score": 1.5}\n{"qid": "q", "docid": "e", "score": 2}\n')
     assert read_teacher_scores(tmp_path / "t.jsonl", {"q": {"d"}}) == {"q": {"d": 1.5}}
     marker = tmp_path / "pwned"
@@ -240,7 +242,7 @@ def test_teacher_jsonl_and_pickles_refused_unopened(tmp_path) -> None:
 
     for name in ("scores.pkl", "scores.pkl.gz", "scores.pickle"):
         (tmp_path / name).write_bytes(pickle.dumps({"q": {"d": 1.0}, "x": Payload()}))
-        with pytest.raises(VtreproError, match="never unpickles"):
+        with pytest.raises(VtreproError, match="never runs what one names"):
             read_teacher_scores(tmp_path / name)
     assert not marker.exists()
 
