@@ -6,6 +6,7 @@ whitespace, control characters or ``%`` is percent-escaped (UTF-8 bytes, reversi
 """
 from __future__ import annotations
 
+import functools
 import math
 import unicodedata
 from dataclasses import dataclass
@@ -96,13 +97,19 @@ def unescape_term(term: str) -> str:
 
 
 def escaped_vocabulary(vocabulary: Sequence[str]) -> list[str]:
-    """Escape every vocabulary term once; an empty term or two terms escaping alike is an error."""
+    """Escape every vocabulary term once; an empty term or two terms escaping alike is an error. Computed once
+    per vocabulary in a process (a regression encodes a corpus and its queries per dataset with one model)."""
+    return list(_escaped_vocabulary(tuple(vocabulary)))
+
+
+@functools.lru_cache(maxsize=4)
+def _escaped_vocabulary(vocabulary: tuple[str, ...]) -> tuple[str, ...]:
     escaped = [escape_term(term) for term in vocabulary]
     if "" in escaped:
         raise VtreproError(f"vocabulary has an empty token at id {escaped.index('')}: it cannot be indexed")
     if len(set(escaped)) != len(escaped):
         raise VtreproError("vocabulary has duplicate tokens: term ids would collide in the index")
-    return escaped
+    return tuple(escaped)
 
 
 def to_impact_vector(

@@ -22,8 +22,10 @@ from vtrepro.regress.cost import recipe_of_trained_folder
 from vtrepro.regress.spec import Spec
 from vtrepro.training.rehearsal import SCALED, Rehearsal, rehearsal_recipe
 
-REHEARSAL_ENCODER = {"max_length_doc": 32, "max_length_query": 16, "batch_size": 8}
-"""A rehearsal's encoder lengths and batch size (the scaled recipes' training lengths)."""
+REHEARSAL_ENCODER = {"max_length_doc": 32, "max_length_query": 16, "batch_size": 8, "projection": "dense"}
+"""A rehearsal's encoder lengths and batch size (the scaled recipes' training lengths), and the dense vocabulary
+projection a GPU run takes (``auto`` picks it on a GPU; on a CPU with int8 instructions it screens, whose set-up
+costs more than a 32-document stand-in corpus)."""
 PINS = ("scores", "reference", "index", "vectors")
 """Dataset keys a rehearsal drops: nothing it computes is compared with a recorded or published figure."""
 CONDITION_REFERENCES = ("published", "reference_source", "reference_tolerance", "reference_average")
@@ -76,6 +78,9 @@ def rehearsal_spec(spec: Spec, rehearsal: Rehearsal) -> Path:
             datasets[name] = CommentedMap({key: value for key, value in entry.items() if key not in PINS}) or None
             rehearsal.dataset(name)
     _stand_in_models(spec, rehearsal)
+    encoder = ", ".join(f"{key} {value}" for key, value in REHEARSAL_ENCODER.items())
+    rehearsal.scaled.append(f"{spec.name}: every impact condition's encoder: {encoder}; pins and published "
+                            "references removed")
     path = rehearsal.root / "specs" / spec.path.name
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path) as handle:
