@@ -11,6 +11,7 @@ import functools
 import importlib
 import math
 import os
+import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -86,6 +87,8 @@ def find_model(name_or_path: str | Path, model_dir: str | Path | None = None) ->
         return ModelSource(name, source)
     if looks_like_path(name):
         raise VtreproError(f"model folder {name} does not exist; pass an existing model folder or a Hub id")
+    if model_name_problem(name):
+        raise VtreproError(f"{model_name_problem(name)}; pass an existing model folder or a Hub id")
     if hub_reachable():
         return ModelSource(name, source)
     from huggingface_hub import try_to_load_from_cache
@@ -413,6 +416,20 @@ def _check_vocabulary_rows(folder: Path, headers: dict[Path, dict[str, Any]]) ->
                         "that came with these weights"
                     )
                 return
+
+
+HUB_ID = re.compile(r"(?!.*(--|\.\.))[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
+                    r"(?:/[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?)?")
+"""A Hugging Face model id as the Hub takes it: ``name`` or ``owner/name``, letters, digits, ``-``, ``_``, ``.``
+(not first or last, no ``--`` or ``..``), at most 96 characters each."""
+
+
+def model_name_problem(name: str) -> str | None:
+    """Why ``name`` is neither a path (``/``, ``.``, ``~`` first) nor a Hub id (:data:`HUB_ID`), or None."""
+    if looks_like_path(name) or HUB_ID.fullmatch(name):
+        return None
+    return (f"model {name!r} is neither a folder path (starting with /, ./ or ~) nor a Hugging Face model id "
+            "(name or owner/name: letters, digits, '-', '_', '.')")
 
 
 def looks_like_path(name: str) -> bool:
