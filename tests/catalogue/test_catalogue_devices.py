@@ -176,11 +176,14 @@ def test_a_path_that_is_not_utf8_is_refused_in_one_line(small_index, tmp_path, q
     assert previous_run.read_text() == PREVIOUS_RUN
 
 
-def test_a_jvm_that_cannot_start_names_the_environment_options(small_index, queries, previous_run):
-    """_JAVA_OPTIONS from the user's environment (honoured, not scrubbed): before, exit 3 'JVM failed to start'."""
+@pytest.mark.parametrize("name, value", [("_JAVA_OPTIONS", "-Xss100k"), ("JAVA_TOOL_OPTIONS", "-Xmx1m")])
+def test_a_jvm_that_cannot_start_names_the_environment_options(name, value, small_index, queries, previous_run):
+    """Options from the user's environment (honoured, not scrubbed): before, exit 3 'JVM failed to start'
+    (-Xss100k), or exit 1 and no line at all (-Xmx1m: the JVM ended the process in its own start-up); now
+    ``java -version`` is tried with them first."""
     result = run_python(SEARCH, "--index", small_index, "--queries", queries, "--output", previous_run,
-                        env={"_JAVA_OPTIONS": "-Xss100k"})
-    assert_one_error_line(result.returncode, result.stderr, "did not start", "_JAVA_OPTIONS='-Xss100k'",
+                        env={name: value})
+    assert_one_error_line(result.returncode, result.stderr, "did not start", f"{name}='{value}'",
                           "fix or unset those options")
     assert previous_run.read_text() == PREVIOUS_RUN
 

@@ -164,8 +164,11 @@ def test_hub_id_in_the_hugging_face_cache_still_loads_offline(inputs, splade_tin
     snapshot.mkdir(parents=True)
     (snapshot.parents[1] / "refs").mkdir()
     (snapshot.parents[1] / "refs" / "main").write_text("0123abc")
-    for source in splade_tiny.iterdir():
-        (snapshot / source.name).symlink_to(source)  # read only, as the Hub cache links its blobs
+    blobs = snapshot.parents[1] / "blobs"
+    blobs.mkdir()
+    for source in splade_tiny.iterdir():  # as the Hub cache: each file a link to ../../blobs/<hash>
+        shutil.copy(source, blobs / source.name)
+        (snapshot / source.name).symlink_to(Path("../../blobs") / source.name)
     env = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), "VTREPRO_MODELS": ""}
     code, stdout, stderr = run("vtrepro.encode", "--model", "some-org/cached-model", "--corpus", inputs / "corpus.jsonl",
                                "--output", tmp_path / "enc", env=env, timeout=60)

@@ -85,7 +85,7 @@ def model_folder(folder: Path, splade_tiny: Path, marker: Path, weights: bool) -
     folder.mkdir(parents=True)
     for source in splade_tiny.iterdir():
         if weights or source.suffix != ".safetensors":
-            (folder / source.name).symlink_to(source)
+            shutil.copy(source, folder / source.name)  # copies: a model folder's files lie inside it
     for name in PICKLE_NAMES:
         plant(folder / name, marker)
     return folder
@@ -189,7 +189,7 @@ def edited_copy(folder: Path, splade_tiny: Path, name: str, change) -> Path:
     folder.mkdir()
     for source in splade_tiny.iterdir():
         if source.name != name:
-            (folder / source.name).symlink_to(source)
+            shutil.copy(source, folder / source.name)
     document = json.loads((splade_tiny / name).read_text())
     change(document)
     (folder / name).write_text(json.dumps(document))

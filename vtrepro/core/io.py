@@ -5,7 +5,9 @@ import contextlib
 import gzip
 import hashlib
 import json
+import math
 import os
+import re
 import stat
 import tempfile
 import unicodedata
@@ -102,6 +104,115 @@ def unsafe_character(text: str) -> str | None:
     return None
 
 
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of any JSON file or line vtrepro reads from a user (model configs, tokenizers, reports,
+vectors, pairs, trainer states, bundle and index headers nest at most 8 levels): deeper input is refused
+before it reaches a recursive reader (Python's or transformers'), where it ended in RecursionError."""
+MAX_JSON_INT_DIGITS = 40
+"""Most digits of a JSON integer: every count, id or impact fits in far fewer; 5,000 digits make Python refuse
+the conversion (a ValueError) and millions make it slow."""
+MAX_MODEL_JSON_BYTES = 64 * 2**20
+"""Largest JSON file of a model folder read (a large multilingual tokenizer.json is about 17 MB)."""
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"holds {name}, which is not a number")
+
+
+def _bounded_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_JSON_INT_DIGITS:
+        raise ValueError(f"holds an integer of {digits} digits, more than any value vtrepro reads")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"holds {text[:40]}, which is too large for a number")
+    return value
+
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = bytes(byte for byte in range(256) if byte not in b"[]{}")
+
+
+def json_depth(data: bytes | str) -> int:
+    """The deepest nesting of JSON text (strings skipped), counted without parsing it (in C and numpy: a
+    tokenizer.json of 17 MB takes a few tenths of a second)."""
+    import numpy as np
+
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    brackets = _JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    if not brackets:
+        return 0
+    codes = np.frombuffer(brackets, dtype=np.uint8)
+    return int(np.cumsum(np.where((codes == ord("[")) | (codes == ord("{")), 1, -1)).max())
+
+
+def parse_json(data: bytes | str, where: str, fix: str) -> Any:
+    """JSON text (``where`` names it in messages: ``file`` or ``file:line``) parsed with its nesting bounded
+    (:data:`MAX_JSON_DEPTH`), numbers finite (no NaN, Infinity, 1e999) and integers of bounded digits; bytes
+    must be UTF-8. Any fault is one VtreproError ``where: what; fix``."""
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+    except UnicodeDecodeError as error:
+        raise VtreproError(f"{where}: not valid UTF-8 (byte {error.start}); {fix}") from None
+    if json_depth(data) > MAX_JSON_DEPTH:
+        raise VtreproError(f"{where}: JSON nested deeper than {MAX_JSON_DEPTH} levels (no file vtrepro reads nests "
+                           f"more than 8); {fix}")
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_bounded_int)
+    except json.JSONDecodeError as error:
+        raise VtreproError(f"{where}: not valid JSON ({error.msg}, line {error.lineno} column {error.colno}); "
+                           f"{fix}") from None
+    except ValueError as error:  # a non-finite number, an integer of too many digits
+        raise VtreproError(f"{where}: {' '.join(str(error).split())[:200]}; {fix}") from None
+    except RecursionError:  # below MAX_JSON_DEPTH only when the stack is nearly used up already
+        raise VtreproError(f"{where}: JSON nested too deeply; {fix}") from None
+
+
+def check_regular_file(path: Path, max_bytes: int, fix: str, folder: Path | None = None) -> int:
+    """The size of ``path`` once it is known to be a regular file (links followed: never a FIFO, a device or a
+    socket, which would block or never end) of at most ``max_bytes``, lying inside ``folder`` (when given) once
+    links are followed; checked with ``stat``, before anything opens it. Anything else is one line."""
+    if folder is not None:
+        resolved = path.resolve()
+        if not resolved.is_relative_to(folder.resolve()):
+            raise VtreproError(f"{path}: leads to {resolved}, outside the folder {folder}; vtrepro reads only files "
+                               f"inside the folders it is given: {fix}")
+    try:
+        mode = path.stat()
+    except FileNotFoundError:
+        raise VtreproError(f"{path}: not found (a dangling link?); {fix}") from None
+    except OSError as error:
+        raise VtreproError(f"{path}: cannot be read ({error.strerror}); {fix}") from None
+    if not stat.S_ISREG(mode.st_mode):
+        what = "a folder" if stat.S_ISDIR(mode.st_mode) else next(
+            (what for test, what in _SPECIAL_FILES if test(mode.st_mode)), "a special file")
+        raise VtreproError(f"{path}: is {what}, not a regular file; {fix}")
+    if mode.st_size > max_bytes:
+        raise VtreproError(f"{path}: {mode.st_size} bytes, more than the {max_bytes} such a file may hold; {fix}")
+    return mode.st_size
+
+
+def read_json_file(path: str | Path, fix: str, max_bytes: int = MAX_MODEL_JSON_BYTES,
+                   folder: Path | None = None) -> Any:
+    """A user's JSON file: a regular file (:func:`check_regular_file`: checked before it is opened, inside
+    ``folder`` when given) of at most ``max_bytes``, parsed by :func:`parse_json`; every fault one line ending
+    with ``fix``."""
+    path = Path(path)
+    check_regular_file(path, max_bytes, fix, folder)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(max_bytes + 1)
+    except OSError as error:
+        raise VtreproError(f"{path}: cannot be read ({error.strerror}); {fix}") from None
+    if len(data) > max_bytes:
+        raise VtreproError(f"{path}: more than the {max_bytes} bytes such a file may hold; {fix}")
+    return parse_json(data, str(path), fix)
+
+
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, object)`` for each non-blank line; a bad line is a one-line error.
 
@@ -112,12 +223,7 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     for line_number, line in read_lines(path):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise VtreproError(
-                f"{path}:{line_number}: not valid JSON ({error.msg}); fix or remove that line"
-            ) from None
+        record = parse_json(line, f"{path}:{line_number}", "fix or remove that line")
         if not isinstance(record, dict):
             raise VtreproError(f"{path}:{line_number}: expected a JSON object, got {type(record).__name__}")
         yield line_number, record

@@ -21,6 +21,7 @@ import contextlib
 import functools
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -124,6 +125,7 @@ def start_jvm() -> None:
         if quiet:
             options += quiet_options(java_version(java_home) or REQUIRED_JAVA)
         jnius_config.set_options(*options)
+        _probe_environment_options(java_home, options)
     with _utf8_path_locale():
         try:
             import jnius  # noqa: F401  (starts the JVM)
@@ -132,6 +134,29 @@ def start_jvm() -> None:
 
     if quiet:
         _quiet_logging()
+
+
+JVM_PROBE_TIMEOUT_S = 60.0
+
+
+def _probe_environment_options(java_home: Path, options: list[str]) -> None:
+    """With options from the environment (:data:`ENVIRONMENT_JAVA_OPTIONS`), start ``java -version`` with
+    them first: a JVM that fails in its own start-up (``JAVA_TOOL_OPTIONS=-Xmx1m``: too small a heap) ends
+    the whole process with exit 1 and no line, so in-process it cannot be caught. A failed probe is one line
+    naming the variables (:func:`_start_failure`)."""
+    if not any(os.environ.get(name) for name in ENVIRONMENT_JAVA_OPTIONS):
+        return
+    java = java_home / "bin" / "java"
+    if not java.is_file():
+        return  # jnius will load libjvm itself; nothing to probe with
+    try:
+        probe = subprocess.run([str(java), *options, "-version"], capture_output=True, text=True, errors="replace",
+                               timeout=JVM_PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return
+    if probe.returncode != 0:
+        lines = [line for line in (probe.stderr + probe.stdout).splitlines() if line.strip() and not line.startswith("Picked up")]
+        raise VtreproError(_start_failure("; ".join(lines[-2:])[:200] or f"exit {probe.returncode}"))
 
 
 def _start_failure(what: str) -> str:

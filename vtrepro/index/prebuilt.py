@@ -42,7 +42,7 @@ from typing import IO, Any, Iterator, Mapping
 
 from vtrepro.core.anserini import check_readable
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import atomic_write, sha256_file, unsafe_character
+from vtrepro.core.io import atomic_write, read_json_file, sha256_file, unsafe_character
 from vtrepro.encode.fingerprint import fingerprint_vectors
 from vtrepro.encode.reader import MAX_IMPACT
 
@@ -60,6 +60,11 @@ WRITER_KEYS = ("anserini_lucene", "anserini", "pyserini")
 MAX_MEMBERS = 10_000  # a Lucene index written with one thread holds a few dozen files
 MAX_EXTRACTED_BYTES = 256 << 30  # declared sizes in all: room for MS MARCO v2 impact indexes, not for a tar bomb
 MAX_JSON_BYTES = 16 << 20
+HEADER_TYPES: dict[str, type | tuple[type, ...]] = {
+    "name": str, "queries_fingerprint": (str, type(None)), "statistics": dict, "encoder": dict, "spec": str,
+    "condition": str, "dataset": str, "split": str, **{key: (str, type(None)) for key in WRITER_KEYS}}
+"""The type of each header key a prebuilt index's reader uses (checked when present)."""
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 MAX_TOPIC_LINE_BYTES = 64 << 20
 MAX_QUERY_TOKENS = 10_000_000  # a topic line repeats each term by its weight; SPLADE queries hold ~10^4
 COPY_BLOCK = 1 << 20
@@ -313,15 +318,23 @@ def _extract(tarball: Path, staging: Path, max_bytes: int) -> Path:
 def read_header(root: Path, tarball: Path) -> dict[str, Any]:
     """``vtrepro.json`` of an extracted prebuilt index, checked for its format and file list."""
     path = root / HEADER_NAME
-    try:
-        if path.stat().st_size > MAX_JSON_BYTES:
-            raise VtreproError(f"{tarball}: {HEADER_NAME} holds more than {MAX_JSON_BYTES} bytes; re-export it")
-        header = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    if not os.path.lexists(path):
         raise VtreproError(f"{tarball}: no readable {HEADER_NAME}; not a prebuilt index from 'python -m vtrepro "
-                           "export index'") from None
+                           "export index'")
+    header = read_json_file(path, f"{tarball} is not a prebuilt index from 'python -m vtrepro export index': "
+                                  "fetch it again or re-export it", MAX_JSON_BYTES, root)
     if not isinstance(header, dict) or header.get("format") != PREBUILT_FORMAT or not isinstance(header.get("files"), dict):
         raise VtreproError(f"{tarball}: {HEADER_NAME} is not a {PREBUILT_FORMAT} header; re-export it")
+    wrong = next((key for key, kind in HEADER_TYPES.items() if key in header and not isinstance(header[key], kind)), None)
+    if wrong is None:
+        wrong = next((f"files[{name!r}]" for name, digest in header["files"].items()
+                      if not isinstance(digest, str) or not SHA256_HEX.fullmatch(digest)), None)
+    if wrong is None and isinstance(header.get("statistics"), dict):
+        wrong = next((f"statistics.{key}" for key, value in header["statistics"].items()
+                      if isinstance(value, bool) or not isinstance(value, (int, float))), None)
+    if wrong is not None:
+        raise VtreproError(f"{tarball}: {HEADER_NAME}: {wrong} has the wrong type for a {PREBUILT_FORMAT} header; "
+                           "fetch it again or re-export it")
     return header
 
 

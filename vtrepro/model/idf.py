@@ -7,8 +7,6 @@ IDF is BM25's ``log(1 + (N - df + 0.5) / (df + 0.5))``, always positive.
 """
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
 
@@ -17,7 +15,7 @@ import torch
 from huggingface_hub import hf_hub_download
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import write_json
+from vtrepro.core.io import read_json_file, write_json
 from vtrepro.core.progress import Progress
 from vtrepro.model.loading import resolve_model
 
@@ -28,6 +26,29 @@ if TYPE_CHECKING:
 
 IDF_NAME = "idf.json"
 TOKENIZE_BATCH = 1000
+MAX_IDF = 100.0
+"""The largest IDF an IDF table may hold: BM25's IDF of a token in one of N documents is log(1 + 2N - 1), 100
+only for N near 10^43 (scifact's largest is 8.6). Past it (1e300 used to become Infinity in float32 and in
+an exported idf.json) a table is refused, as is a negative or non-finite value (once clamped to 0 silently)."""
+IDF_FIX = "expected {token: idf} with every idf a number in [0, 100] (BM25's IDF, as 'train' writes it)"
+
+
+def check_idf_value(token: object, value: object, where: str) -> float:
+    """One IDF of a table: a finite number in [0, :data:`MAX_IDF`], else one line naming ``where`` and the token."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_IDF:
+        raise VtreproError(f"{where}: token {token!r} has IDF {value!r}; {IDF_FIX}")
+    return float(value)
+
+
+def read_idf_table(path: Path, folder: Path | None = None) -> dict[str, float]:
+    """An ``idf.json`` ({token: idf}, every value checked by :func:`check_idf_value`) through the one bounded
+    JSON reader (inside ``folder`` when given)."""
+    from vtrepro.model.loading import MAX_MODEL_FILE_BYTES
+
+    table = read_json_file(path, IDF_FIX, MAX_MODEL_FILE_BYTES, folder)
+    if not isinstance(table, dict):
+        raise VtreproError(f"{path}: expected a JSON object {{token: idf}}")
+    return {token: check_idf_value(token, value, str(path)) for token, value in table.items()}
 
 SparseVector = tuple[np.ndarray, np.ndarray]
 
@@ -66,11 +87,8 @@ class IdfQueryEncoder:
             if token not in ids:
                 raise VtreproError(f"{IDF_NAME}: token {token!r} is not in the tokenizer's vocabulary; "
                                    "the IDF table belongs to another tokenizer")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise VtreproError(f"{IDF_NAME}: token {token!r} has IDF {value!r}; expected a finite number")
-            self.weights[ids[token]] = value
+            self.weights[ids[token]] = check_idf_value(token, value, IDF_NAME)
         self.weights[list(self.special_ids)] = 0.0
-        np.maximum(self.weights, 0.0, out=self.weights)
 
     @classmethod
     def from_corpus(cls, tokenizer: PreTrainedTokenizerBase, texts: Iterable[str],
@@ -93,23 +111,24 @@ class IdfQueryEncoder:
         source = resolve_model(model, model_dir)
         try:
             if Path(source).is_dir():
+                folder: Path | None = Path(source)
                 path = Path(source) / IDF_NAME
             else:
-                path = Path(hf_hub_download(source, IDF_NAME))
+                folder, path = None, Path(hf_hub_download(source, IDF_NAME))
+            idf = read_idf_table(path, folder)
             tokenizer = AutoTokenizer.from_pretrained(source)
-            idf = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as error:
             reason = " ".join(str(error).split())[:200]
             raise VtreproError(f"model {model}: cannot load its tokenizer and {IDF_NAME} ({reason}); "
                                f"the folder needs tokenizer files and {IDF_NAME} ({{token: idf}})") from None
-        if not isinstance(idf, dict):
-            raise VtreproError(f"{path}: expected a JSON object {{token: idf}}")
         return cls(tokenizer, idf, max_length_query)
 
     def save(self, folder: str | Path) -> None:
         """Write ``idf.json`` ({token: idf} for every token with a positive weight, in id order)."""
-        write_json(Path(folder) / IDF_NAME,
-                   {self.vocabulary[i]: float(self.weights[i]) for i in np.flatnonzero(self.weights)})
+        table = {self.vocabulary[i]: float(self.weights[i]) for i in np.flatnonzero(self.weights)}
+        for token, value in table.items():  # never an Infinity or NaN written: JSON has neither
+            check_idf_value(token, value, f"{Path(folder) / IDF_NAME} (not written)")
+        write_json(Path(folder) / IDF_NAME, table)
 
     def encode(self, texts: Sequence[str], kind: str = "query", progress: Progress | None = None) -> list[SparseVector]:
         """Per text: (distinct token ids int64 ascending, their IDF float32 > 0); ``progress`` moves once at the end."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import functools
 import importlib
-import json
+import math
 import os
+import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import MAX_MODEL_JSON_BYTES, check_regular_file, parse_json, read_json_file
 from vtrepro.core.log import quiet_transformers
 
 # torch, transformers, safetensors and huggingface_hub are imported where a model is loaded or the Hub is
@@ -85,6 +87,8 @@ def find_model(name_or_path: str | Path, model_dir: str | Path | None = None) ->
         return ModelSource(name, source)
     if looks_like_path(name):
         raise VtreproError(f"model folder {name} does not exist; pass an existing model folder or a Hub id")
+    if model_name_problem(name):
+        raise VtreproError(f"{model_name_problem(name)}; pass an existing model folder or a Hub id")
     if hub_reachable():
         return ModelSource(name, source)
     from huggingface_hub import try_to_load_from_cache
@@ -179,18 +183,68 @@ def _answers(endpoint: str, timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
     return True
 
 
+MODEL_JSON_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                    "added_tokens.json", "vocab.json", "generation_config.json", "model.safetensors.index.json",
+                    "chat_template.json", "preprocessor_config.json", "processor_config.json", "idf.json",
+                    "splade_activation.json", "sentence_bert_config.json", "config_sentence_transformers.json",
+                    "modules.json", "transfer_report.json", "mlm_report.json", "calibration_report.json",
+                    "training_report.json")
+"""The JSON files of a model folder vtrepro or transformers may read, each opened by this name and nothing
+else: a model format's config, tokenizer and weight index, vtrepro's IDF table and activation, the
+sentence-transformers module files and vtrepro's reports. Any other ``*.json`` in the folder is never read."""
+MODEL_OTHER_FILES = ("vocab.txt", "merges.txt", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model",
+                     "chat_template.jinja")
+"""The other files of a model folder a tokenizer reads by name."""
+MAX_MODEL_FILE_BYTES = MAX_MODEL_JSON_BYTES
+"""Largest config, tokenizer or report file of a model folder (a large multilingual tokenizer.json is 17 MB)."""
+MAX_LAYERS = 512
+"""Most layers a model's config.json may declare (the models used here have 2 to 28, the largest public
+encoders and LLMs at most a few hundred): building 20,000 layers never finished."""
+FOLDER_FIX = ("a model folder holds regular files: copy the model's files in (not links that lead outside it, "
+              "but for a Hugging Face cache snapshot's links to its blobs)")
+
+
+def check_model_file(folder: Path, name: str, max_bytes: int = MAX_MODEL_FILE_BYTES) -> bool:
+    """Whether ``folder`` holds ``name``; when it does (even as a dangling link), it must be a regular file
+    inside the folder of at most ``max_bytes`` (:func:`vtrepro.core.io.check_regular_file`: a FIFO, a device
+    or a link leading outside is refused before anything opens it)."""
+    path = folder / name
+    if not os.path.lexists(path):
+        return False
+    check_regular_file(path, max_bytes, FOLDER_FIX, model_root(folder))
+    return True
+
+
+def model_root(folder: Path) -> Path:
+    """Where the files of a model folder may lead once links are followed: the folder itself, or for a
+    Hugging Face cache snapshot (``models--org--name/snapshots/<revision>``, whose files link to
+    ``../../blobs``) its repository's cache folder."""
+    resolved = folder.resolve()
+    if resolved.parent.name == "snapshots" and resolved.parent.parent.name.startswith("models--"):
+        return resolved.parent.parent
+    return folder
+
+
 def check_model_folder(folder: Path) -> None:
     """Check a model folder's files before transformers reads them: each problem is one line naming the file.
 
-    Every JSON file must parse, the weights must be safetensors (pickled weights are refused, never
-    opened) and complete (their header gives the exact size), config.json's ``vocab_size`` must be the
-    rows of the token embeddings, and some tokenizer vocabulary must be present.
+    Only the files a model format defines are looked at (:data:`MODEL_JSON_FILES`, :data:`MODEL_OTHER_FILES`,
+    the safetensors weights), each by name, each a regular file inside the folder with a size bound; every
+    JSON file must parse (nesting bounded), the weights must be safetensors (pickled weights are refused,
+    never opened) and complete (their header gives the exact size), config.json must describe a model this
+    machine can hold whose ``vocab_size`` is the rows of the token embeddings, and some tokenizer vocabulary
+    must be present.
     """
-    if not (folder / "config.json").is_file():
+    if not check_model_file(folder, "config.json"):
         raise VtreproError(f"{folder}: no config.json; a masked-LM folder needs {MODEL_FILES}")
-    for path in sorted(folder.glob("*.json")):
-        _read_json(path)
+    for name in MODEL_JSON_FILES:
+        if check_model_file(folder, name):
+            _read_json(folder / name)
+    for name in MODEL_OTHER_FILES:
+        check_model_file(folder, name)
     headers = {path: check_safetensors(path) for path in _safetensors_files(folder)}
+    config = _read_json(folder / "config.json")
+    check_model_size(config if isinstance(config, dict) else {}, folder / "config.json", headers)
     _check_vocabulary_rows(folder, headers)
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         raise VtreproError(
@@ -200,13 +254,75 @@ def check_model_folder(folder: Path) -> None:
 
 
 def _read_json(path: Path) -> object:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        reason = getattr(error, "msg", "not UTF-8 text")
-        raise VtreproError(
-            f"{path}: not valid JSON ({reason}); the file is truncated or corrupt: download or copy it again"
-        ) from None
+    """A JSON file of a model folder, through the one bounded reader (regular file, size, nesting, UTF-8)."""
+    return read_json_file(path, "the file is truncated or corrupt: download or copy it again",
+                          MAX_MODEL_FILE_BYTES, model_root(path.parent))
+
+
+_SIZE_KEYS = {"hidden": ("hidden_size", "d_model", "n_embd", "dim"),
+              "layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers"),
+              "intermediate": ("intermediate_size", "n_inner", "hidden_dim", "ffn_dim", "d_ff"),
+              "vocabulary": ("vocab_size",),
+              "positions": ("max_position_embeddings", "n_positions")}
+"""config.json keys of the sizes that make a model's parameter count, by the names model families use."""
+WEIGHTS_SLACK = 2
+"""config.json may describe at most this many times the parameters its weights hold (plus a million): the
+estimate leaves out biases, norms and heads, so a real model's config is below its weights' count."""
+
+
+def memory_bound() -> tuple[int, str]:
+    """(bytes, what they are) a model may take: the machine's physical memory, or the address-space limit
+    of this process (``ulimit -v``) when lower."""
+    import resource
+
+    physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY and 0 < soft < physical:
+        return soft, "this process's address-space limit (ulimit -v)"
+    return physical, "this machine's memory"
+
+
+def _size_value(config: dict[str, Any], key: str, path: Path) -> int | None:
+    value = config.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise VtreproError(f"{path}: {key} {value!r} is not a size (a whole number >= 0); use the config.json that "
+                           "came with the model")
+    return value
+
+
+def check_model_size(config: dict[str, Any], path: Path, headers: dict[Path, dict[str, Any]] | None = None) -> int:
+    """The parameters a model's config.json describes (hidden size, layers, intermediate size, vocabulary,
+    positions: ``hidden x (vocabulary + positions) + layers x (4 hidden^2 + 2 hidden x intermediate)``),
+    refused before anything is allocated when more than :data:`MAX_LAYERS` layers, when 4 bytes each exceed
+    :func:`memory_bound`, or when far more than the safetensors ``headers`` hold (:data:`WEIGHTS_SLACK`)."""
+    sizes = {name: next((value for key in keys if (value := _size_value(config, key, path)) is not None), None)
+             for name, keys in _SIZE_KEYS.items()}
+    layers = sizes["layers"] or 0
+    if layers > MAX_LAYERS:
+        raise VtreproError(f"{path}: {layers} layers, more than the {MAX_LAYERS} any model vtrepro loads may have "
+                           "(encoders have 2 to 48); use the config.json that came with the model")
+    if config.get("model_type") == "albert":  # layers share the weights of their groups
+        groups = config.get("num_hidden_groups")
+        layers = groups if isinstance(groups, int) and not isinstance(groups, bool) and 0 < groups <= layers else layers
+    hidden = sizes["hidden"] or 0
+    intermediate = sizes["intermediate"] if sizes["intermediate"] is not None else 4 * hidden
+    parameters = (hidden * ((sizes["vocabulary"] or 0) + (sizes["positions"] or 0))
+                  + layers * (4 * hidden * hidden + 2 * hidden * intermediate))
+    described = (f"hidden size {hidden}, {layers} layers, intermediate size {intermediate}, vocabulary "
+                 f"{sizes['vocabulary']}, {sizes['positions']} positions")
+    limit, what = memory_bound()
+    if parameters * 4 > limit:
+        raise VtreproError(f"{path}: describes a model of about {parameters:,} parameters ({described}), "
+                           f"{parameters * 4 / 2**30:,.1f} GiB as float32, more than {what} "
+                           f"({limit / 2**30:,.1f} GiB); use the config.json that came with the model")
+    held = sum(math.prod(entry["shape"]) for header in (headers or {}).values() for name, entry in header.items()
+               if name != "__metadata__" and isinstance(entry, dict) and isinstance(entry.get("shape"), list))
+    if headers and parameters > WEIGHTS_SLACK * held + 1_000_000:
+        raise VtreproError(f"{path}: describes a model of about {parameters:,} parameters ({described}), but its "
+                           f"weights hold {held:,}; use the config.json that came with these weights")
+    return parameters
 
 
 def _safetensors_files(folder: Path) -> list[Path]:
@@ -217,13 +333,19 @@ def _safetensors_files(folder: Path) -> list[Path]:
         weight_map = contents.get("weight_map") if isinstance(contents, dict) else None
         if not isinstance(weight_map, dict):
             raise VtreproError(f"{index}: no weight_map of tensors to files; download or copy it again")
-        shards = [folder / name for name in sorted(set(weight_map.values()))]
+        names = sorted(set(weight_map.values()))
+        if not all(isinstance(name, str) and name.endswith(".safetensors") and Path(name).name == name
+                   and not name.startswith(".") for name in names):
+            raise VtreproError(f"{index}: its weight_map names files other than *.safetensors in the folder; "
+                               "download or copy it again")
+        shards = [folder / name for name in names]
         for shard in shards:
-            if not shard.is_file():
+            if not os.path.lexists(shard):
                 raise VtreproError(f"{shard}: missing (listed in {index.name}); download or copy it again")
+            check_model_file(folder, shard.name, memory_bound()[0])
         return shards
     single = folder / "model.safetensors"
-    if not single.is_file():
+    if not check_model_file(folder, single.name, memory_bound()[0]):
         pickled = sorted(path for path in folder.iterdir() if path.suffix in PICKLED_WEIGHT_SUFFIXES)
         if pickled:
             raise VtreproError(
@@ -244,15 +366,17 @@ def check_safetensors(path: Path, fix: str = "download or copy it again") -> dic
     bytes, then exactly the data the header describes; anything else is a one-line VtreproError ending
     with ``fix``.
     """
-    size = path.stat().st_size
+    size = check_regular_file(path, 2**62, fix)
     with open(path, "rb") as handle:
         header_length = int.from_bytes(handle.read(8), "little") if size >= 8 else 0
         readable = 0 < header_length <= min(size - 8, MAX_SAFETENSORS_HEADER)
         header = handle.read(header_length) if readable else b""
     try:
-        tensors = json.loads(header)
+        tensors = parse_json(header, str(path), fix)
         data_end = max((entry["data_offsets"][1] for key, entry in tensors.items() if key != "__metadata__"), default=0)
-    except (UnicodeDecodeError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        if not all(_is_shape(entry.get("shape")) for key, entry in tensors.items() if key != "__metadata__"):
+            raise ValueError("a tensor shape that is not a list of sizes")
+    except (VtreproError, UnicodeDecodeError, ValueError, TypeError, KeyError, IndexError, AttributeError):
         raise VtreproError(
             f"{path}: not a safetensors file (unreadable header, {size} bytes); {fix}"
         ) from None
@@ -264,10 +388,13 @@ def check_safetensors(path: Path, fix: str = "download or copy it again") -> dic
     return tensors
 
 
+def _is_shape(shape: Any) -> bool:
+    return isinstance(shape, list) and all(type(size) is int and size >= 0 for size in shape)
+
+
 def config_vocab_size(folder: Path) -> int | None:
     """``vocab_size`` of ``folder``'s config.json, when it has both (a malformed file is one line naming it)."""
-    path = folder / "config.json"
-    config = _read_json(path) if path.is_file() else None
+    config = _read_json(folder / "config.json") if check_model_file(folder, "config.json") else None
     size = config.get("vocab_size") if isinstance(config, dict) else None
     return size if isinstance(size, int) and not isinstance(size, bool) else None
 
@@ -289,6 +416,20 @@ def _check_vocabulary_rows(folder: Path, headers: dict[Path, dict[str, Any]]) ->
                         "that came with these weights"
                     )
                 return
+
+
+HUB_ID = re.compile(r"(?!.*(--|\.\.))[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
+                    r"(?:/[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?)?")
+"""A Hugging Face model id as the Hub takes it: ``name`` or ``owner/name``, letters, digits, ``-``, ``_``, ``.``
+(not first or last, no ``--`` or ``..``), at most 96 characters each."""
+
+
+def model_name_problem(name: str) -> str | None:
+    """Why ``name`` is neither a path (``/``, ``.``, ``~`` first) nor a Hub id (:data:`HUB_ID`), or None."""
+    if looks_like_path(name) or HUB_ID.fullmatch(name):
+        return None
+    return (f"model {name!r} is neither a folder path (starting with /, ./ or ~) nor a Hugging Face model id "
+            "(name or owner/name: letters, digits, '-', '_', '.')")
 
 
 def looks_like_path(name: str) -> bool:
@@ -395,11 +536,13 @@ def text_length_limit(name_or_path: str | Path, model_dir: str | Path | None = N
     ``model_max_length`` when set, else :func:`position_limit` of its config.json; None for a model
     that is not local (a Hub id not downloaded), or whose files state neither."""
     folder = Path(resolve_model(name_or_path, model_dir))
-    tokenizer = _read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+    if not folder.is_dir():
+        return None
+    tokenizer = _read_json(folder / "tokenizer_config.json") if check_model_file(folder, "tokenizer_config.json") else {}
     length = tokenizer.get("model_max_length") if isinstance(tokenizer, dict) else None
     if isinstance(length, int) and length < UNSET_MAX_LENGTH:
         return length
-    config = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+    config = _read_json(folder / "config.json") if check_model_file(folder, "config.json") else {}
     return position_limit(config) if isinstance(config, dict) else None
 
 

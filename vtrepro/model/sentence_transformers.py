@@ -22,7 +22,6 @@ quantized (:class:`vtrepro.encode.vectors.Quantization`), with terms escaped; th
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -30,11 +29,11 @@ from typing import Any, Callable
 
 from vtrepro.core.checkpoints import check_out, staged_folder
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import atomic_write, write_json
+from vtrepro.core.io import atomic_write, read_json_file, write_json
 from vtrepro.core.log import quiet_transformers
 from vtrepro.model.identity import model_fingerprint
 from vtrepro.model.idf import IdfQueryEncoder
-from vtrepro.model.loading import load_masked_lm, resolve_model
+from vtrepro.model.loading import MAX_MODEL_FILE_BYTES, check_model_file, load_masked_lm, resolve_model
 from vtrepro.model.options import EncoderOptions
 
 FORMAT_VERSION = "6.3.0"
@@ -52,8 +51,9 @@ QUERY_FOLDER, DOCUMENT_FOLDER, POOLING_FOLDER = ("query_0_SparseStaticEmbedding"
                                                  "document_1_SpladePooling")
 EXPORT_RECORD = "vtrepro_export.json"
 """What the folder was made from and how vtrepro quantizes its output, beside the model card."""
-REPORT_SUFFIX = "_report.json"
-"""vtrepro's reports in a model folder (transfer, calibration, MLM, training), copied with the model."""
+REPORT_NAMES = ("transfer_report.json", "mlm_report.json", "calibration_report.json", "training_report.json")
+"""vtrepro's reports in a model folder (transfer, MLM, calibration, training), copied with the model: opened by
+these names only, each a regular file inside the folder (another ``*_report.json`` is never read)."""
 
 
 @dataclass(frozen=True)
@@ -129,13 +129,11 @@ def _reports(model: str | Path, model_dir: str | Path | None) -> dict[str, dict[
     """vtrepro's ``*_report.json`` files in a local model folder (none for a Hub id)."""
     folder = Path(resolve_model(model, model_dir))
     reports: dict[str, dict[str, Any]] = {}
-    for path in sorted(folder.glob(f"*{REPORT_SUFFIX}")) if folder.is_dir() else []:
-        try:
-            report = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise VtreproError(f"{path}: not valid JSON; the report is truncated or corrupt: restore it or remove it "
-                               "from the model folder") from None
-        reports[path.name] = report if isinstance(report, dict) else {"value": report}
+    for name in REPORT_NAMES if folder.is_dir() else ():
+        if check_model_file(folder, name):
+            report = read_json_file(folder / name, "the report is truncated or corrupt: restore it or remove it from "
+                                    "the model folder", MAX_MODEL_FILE_BYTES, folder)
+            reports[name] = report if isinstance(report, dict) else {"value": report}
     return reports
 
 

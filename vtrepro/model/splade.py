@@ -7,7 +7,6 @@ monotone, so pooling the raw logits first gives the same weights while activatin
 from __future__ import annotations
 
 import copy
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Literal, Sequence, cast
@@ -17,9 +16,9 @@ import torch
 from torch import nn
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import write_json
+from vtrepro.core.io import read_json_file, write_json
 from vtrepro.core.progress import Progress
-from vtrepro.model.loading import load_masked_lm, resolve_model
+from vtrepro.model.loading import MAX_MODEL_FILE_BYTES, check_model_file, load_masked_lm, resolve_model
 from vtrepro.model.options import PRECISIONS, EncoderOptions
 from vtrepro.model.projection import ScreenedProjection, dense_max_logits, resolve_projection
 
@@ -100,12 +99,11 @@ def write_activation(folder: str | Path, activation: str) -> None:
 def recorded_activation(folder: str | Path) -> str | None:
     """The activation a model folder records (:data:`ACTIVATION_FILE`), None when it records none."""
     path = Path(folder) / ACTIVATION_FILE
-    if not path.is_file():
+    if not check_model_file(Path(folder), ACTIVATION_FILE):
         return None
-    try:
-        activation = json.loads(path.read_text(encoding="utf-8")).get("activation")
-    except (ValueError, AttributeError):
-        activation = None
+    recorded = read_json_file(path, 'expected {"activation": "log1p" or "log1p-log1p"}', MAX_MODEL_FILE_BYTES,
+                              Path(folder))
+    activation = recorded.get("activation") if isinstance(recorded, dict) else None
     if not isinstance(activation, str):
         raise VtreproError(f"{path}: expected {{\"activation\": \"log1p\" or \"log1p-log1p\"}}")
     return activation

@@ -27,8 +27,8 @@ from vtrepro.core.io import check_output
 from vtrepro.core.markdown import fenced, md
 from vtrepro.core.schema import MAX_TEXT_TOKENS
 from vtrepro.encode.vectors import Quantization
-from vtrepro.model.idf import IDF_NAME
-from vtrepro.model.loading import find_model, resolve_model
+from vtrepro.model.idf import IDF_NAME, read_idf_table
+from vtrepro.model.loading import check_model_file, find_model, resolve_model
 from vtrepro.model.options import EncoderOptions
 from vtrepro.model.sentence_transformers import ExportedModel, write_sparse_encoder
 from vtrepro.regress.spec import Condition, Spec, load_spec
@@ -117,7 +117,7 @@ def _idf_path(given: Path | None, source: str, condition: Condition | None) -> P
     if given is not None:
         return given
     beside = Path(source) / IDF_NAME
-    if beside.is_file():
+    if Path(source).is_dir() and check_model_file(Path(source), IDF_NAME):
         return beside
     if condition is not None and condition.query_encoder == "idf":
         raise VtreproError(f"condition {condition.name} is inference-free (query_encoder: idf) but {source} has no "
@@ -126,16 +126,7 @@ def _idf_path(given: Path | None, source: str, condition: Condition | None) -> P
 
 
 def _read_idf(path: Path | None) -> dict[str, float] | None:
-    if path is None:
-        return None
-    try:
-        table = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise VtreproError(f"{path}: not valid JSON ({getattr(error, 'msg', 'not UTF-8 text')}); "
-                           "expected {token: idf}") from None
-    if not isinstance(table, dict):
-        raise VtreproError(f"{path}: expected a JSON object {{token: idf}}")
-    return table
+    return None if path is None else read_idf_table(path)
 
 
 def _observed(folder: Path | None, condition: Condition | None) -> dict[tuple[str, str], Any]:

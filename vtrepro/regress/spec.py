@@ -25,6 +25,7 @@ from vtrepro.core.shipped import SHIPPED_DIR, find_shipped
 from vtrepro.data.beir import DATASET_NAME
 from vtrepro.encode.vectors import Quantization
 from vtrepro.evaluate.trec import DEFAULT_METRICS, parse_metric
+from vtrepro.model.loading import model_name_problem
 from vtrepro.model.options import EncoderOptions
 from vtrepro.report.published import PublishedSystem, load_system
 from vtrepro.search.runs import MAX_K
@@ -228,6 +229,8 @@ def _load_condition(check: Checker, parent: CommentedMap, name: str, metrics: tu
     if not datasets:
         raise check.fail(parent, name, f"{where} needs 'datasets:' mapping dataset names to expected scores")
     model, stages = given.get("model"), []
+    if model is not None and model_name_problem(model):
+        raise check.fail(node, "model", f"{where}: {model_name_problem(model)}; give a model folder or a Hub id")
     source_build = None
     if "transfer" in given:
         built = isinstance(node["transfer"], CommentedMap) and isinstance(node["transfer"].get("source"), CommentedMap)

@@ -16,7 +16,15 @@ from vtrepro.core.java import java_class
 from vtrepro.core.progress import Progress
 from vtrepro.encode.reader import MAX_IMPACT
 from vtrepro.index.lucene import index_errors, verified_index
-from vtrepro.search.runs import Run, SearchTiming, check_query_weights, hits_per_query, top_hits
+from vtrepro.search.runs import (
+    Run,
+    SearchTiming,
+    check_exact_score,
+    check_exact_weights,
+    check_query_weights,
+    hits_per_query,
+    top_hits,
+)
 
 SEARCH_BATCH = 256
 
@@ -24,6 +32,10 @@ SEARCH_BATCH = 256
 def _collect(hits_by_qid, qids: list[str], k: int, remove_query_id: bool, integer_scores: bool) -> Run:
     """Each query's Anserini hits as a run, impact scores rounded back to the integers they are."""
     score_of = (lambda hit: float(round(hit.score))) if integer_scores else (lambda hit: float(hit.score))
+    if integer_scores:  # the top hit scores highest: below 2^24 it and every hit after it are exact
+        for qid in qids:
+            for hit in (hits_by_qid.get(qid) or [])[:1]:
+                check_exact_score(qid, hit.score)
     return {qid: top_hits(qid, ((hit.docid, score_of(hit)) for hit in hits_by_qid.get(qid) or []), k, remove_query_id)
             for qid in qids}
 
@@ -45,6 +57,7 @@ def search_impact(index_dir: str | Path, queries: Mapping[str, Mapping[str, int]
     java_queries = []
     for qid in qids:
         check_query_weights(qid, queries[qid], 0, f"weights must be integers in 0..{MAX_IMPACT} (quantize query vectors)")
+        check_exact_weights(qid, queries[qid])
         query = hash_map()
         for term, weight in queries[qid].items():
             query.put(term, integer(weight))

@@ -43,7 +43,7 @@ from vtrepro.core.log import verbose
 from vtrepro.core.progress import Progress
 from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files
 from vtrepro.encode.reader import read_vectors, vector_files
-from vtrepro.search.runs import Run, SearchTiming, check_query_weights, hits_per_query, top_hits
+from vtrepro.search.runs import Run, SearchTiming, check_exact_weights, check_query_weights, hits_per_query, top_hits
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,6 @@ ALGORITHM = "ranked_or_taat"
 THREADED_ALGORITHM = "maxscore"
 """PISA's query algorithm with several threads: the bindings share one ``ranked_or_taat`` accumulator among
 their threads, which then add into each other's scores (measured: 287 of 300 scifact runs wrong at k=1000)."""
-EXACT_SCORE_LIMIT = 2**24
 """float32 holds every integer below this exactly, and so every partial sum of a score below it."""
 
 
@@ -277,9 +276,7 @@ def _pisa_queries(queries: Mapping[str, Mapping[str, int]], max_impact: int) -> 
     for qid, vector in queries.items():
         check_query_weights(qid, vector, 1, "the PISA engine takes integer weights from 1 (quantize query vectors; "
                                             "drop zero weights)")
-        if sum(vector.values()) * max_impact >= EXACT_SCORE_LIMIT:
-            raise VtreproError(f"query '{qid}' could score {sum(vector.values()) * max_impact} (summed weights x largest "
-                               f"impact), beyond 2^24 where PISA's float scores stop being exact; use --engine lucene")
+        check_exact_weights(qid, vector, max_impact)
         converted.append({pisa_term(term): float(weight) for term, weight in vector.items()})
     return converted
 

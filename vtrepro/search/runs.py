@@ -74,6 +74,32 @@ def hits_per_query(k: int, documents: int, queries: int) -> int:
     return k
 
 
+EXACT_SCORE_LIMIT = 2**24
+"""Lucene and PISA sum impact scores in float32, which holds every integer up to 2^24 and no odd one past it
+(2^24 + 1 is read as 2^24). With every query weight and impact >= 0 a score never shrinks as terms add up, so
+a computed score below 2^24 is the exact dot product, and so is every partial sum before it."""
+
+
+def check_exact_weights(qid: str, vector: Mapping[str, int], largest_impact: int | None = None) -> None:
+    """Refuse a query whose largest possible score, its summed weights x ``largest_impact`` (1 when unknown:
+    a document holding each of its terms once), reaches :data:`EXACT_SCORE_LIMIT`."""
+    bound = sum(vector.values()) * (largest_impact or 1)
+    if bound >= EXACT_SCORE_LIMIT:
+        basis = "summed weights x the largest impact" if largest_impact else "its summed weights"
+        raise VtreproError(f"query '{qid}' could score {bound} ({basis}), at or beyond 2^24 = {EXACT_SCORE_LIMIT} "
+                           "where Lucene's and PISA's float32 scores stop being exact integers; quantize the queries "
+                           "at a lower scale")
+
+
+def check_exact_score(qid: str, score: float) -> None:
+    """Refuse a hit Lucene scored at or beyond :data:`EXACT_SCORE_LIMIT`: the float32 sum may not be the dot
+    product there (two documents scoring 2^24 and 2^24 + 1 both come back as 16777216)."""
+    if score >= EXACT_SCORE_LIMIT:
+        raise VtreproError(f"query '{qid}' scored a document {score:.0f}, at or beyond 2^24 = {EXACT_SCORE_LIMIT} "
+                           "where Lucene's float32 scores stop being exact integers (documents would tie or swap); "
+                           "quantize the queries or documents at a lower scale")
+
+
 def check_query_weights(qid: str, vector: Mapping[str, object], lowest: int, requirement: str) -> None:
     """Refuse a query weight an engine would not score exactly: anything but an integer from ``lowest`` to
     :data:`~vtrepro.encode.reader.MAX_IMPACT` (a bool is not one); ``requirement`` ends the message."""

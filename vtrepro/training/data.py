@@ -25,13 +25,14 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import atomic_write, read_jsonl
+from vtrepro.core.io import atomic_write, check_regular_file, read_json_file, read_jsonl
 from vtrepro.core.pickled import read_plain_pickle
 from vtrepro.data.beir import load_dataset
 from vtrepro.data.texts import read_tsv_texts
@@ -46,6 +47,8 @@ logger = logging.getLogger(__name__)
 
 NEGATIVES_FORMAT = "vtrepro.bm25-negatives/1"
 MINING_CHUNK = 256
+MAX_PAIRS_ARRAY_BYTES = 2**30
+"""Largest pairs file written as one JSON array (read whole; JSON lines are read line by line instead)."""
 
 
 @dataclass(frozen=True)
@@ -389,16 +392,17 @@ def _read_pairs(source: PairsSource) -> tuple[list[str], list[str]]:
     if source.path is None:
         return _hub_pairs(str(source.hub), source.split, source.fields)
     path = source.path
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise VtreproError(f"{path}: pairs file not found")
-    with open(path, encoding="utf-8") as handle:
-        array = handle.read(4096).lstrip().startswith("[")
+    fix = f"expected an array of {{\"{query_key}\", \"{document_key}\"}} objects or JSON lines"
+    check_regular_file(path, 2**62, fix)  # a FIFO would block the sniff; JSON lines are read line by line
+    with open(path, "rb") as handle:  # bytes: the sniff decodes nothing, each reader below checks UTF-8
+        array = handle.read(4096).lstrip().startswith(b"[")
     if array:
-        try:
-            records = list(enumerate(json.loads(path.read_text(encoding="utf-8")), 1))
-        except json.JSONDecodeError as error:
-            raise VtreproError(f"{path}:{error.lineno}: not JSON ({error.msg}); expected an array of "
-                               f"{{\"{query_key}\", \"{document_key}\"}} objects or JSON lines") from None
+        document = read_json_file(path, fix, MAX_PAIRS_ARRAY_BYTES)
+        if not isinstance(document, list):
+            raise VtreproError(f"{path}: {fix}")
+        records = list(enumerate(document, 1))
     else:
         records = list(read_jsonl(path))
     queries, documents = [], []

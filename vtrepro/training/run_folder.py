@@ -9,14 +9,13 @@ unpickled (a checkpoint holding only an older vtrepro's pickled ``trainer_state.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import atomic_write, read_jsonl, write_json
+from vtrepro.core.io import atomic_write, parse_json, read_json_file, read_jsonl, read_lines, write_json
 from vtrepro.model.loading import check_safetensors
 from vtrepro.training.stages import Stage
 
@@ -41,6 +40,9 @@ MT19937_WORDS = 624
 CUDA_RNG_BYTES = 16
 """torch's CUDA generator state: an 8-byte seed and an 8-byte offset."""
 SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "U8": "uint8", "I64": "int64"}
+MAX_OPTIMIZER_SETTING = 1e3
+"""The largest learning rate, weight decay or epsilon a resumed optimizer state may hold (recipes use 1e-5 to
+0.1); a NaN, an infinity or a negative value is refused before training on it."""
 LOG_NAME = "train_log.jsonl"
 PLOT_NAME = "curves.png"
 TRAINING_REPORT = "training_report.json"
@@ -74,8 +76,16 @@ def truncate_log(path: Path, step: int) -> None:
     """Keep the log's records up to ``step`` (those after the resumed checkpoint are redone)."""
     if not path.exists():
         return
-    kept = [line for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip() and json.loads(line)["step"] <= step]
+    kept = []
+    for number, line in read_lines(path):
+        record = parse_json(line, f"{path}:{number}", "remove that line (or the file: it is rewritten from the "
+                                                        "checkpoints' steps on)") if line.strip() else None
+        if isinstance(record, dict) and type(record.get("step")) is int:
+            if record["step"] <= step:
+                kept.append(line.rstrip("\r\n"))
+        elif record is not None:
+            raise VtreproError(f"{path}:{number}: not a training log record (an object with an integer step); "
+                               "remove that line")
     with atomic_write(path) as handle:
         handle.write("".join(line + "\n" for line in kept))
 
@@ -157,20 +167,15 @@ def write_trainer_state(folder: Path, state: TrainerState, examples_seen: int) -
         "rng": rng_fields})
 
 
-def read_trainer_fields(checkpoint: Path) -> dict[str, Any]:
+def read_trainer_fields(checkpoint: Path, steps: int | None = None) -> dict[str, Any]:
     """The JSON fields of a checkpoint's trainer state, with its tensor file's header checked; any
-    problem is one line naming the file. Cheap: read before the model loads."""
+    problem is one line naming the file. Cheap: read before the model loads. Its step must lie within the
+    recipe's ``steps`` (when given), its numbers be finite (the one bounded JSON reader)."""
     path = checkpoint / STATE_NAME
     remove = f"remove {checkpoint} to resume from the checkpoint before it (or all checkpoint-* folders to start over)"
     if not path.is_file():
         raise VtreproError(f"{checkpoint}: no {STATE_NAME}, so not a complete vtrepro checkpoint; {remove}")
-    if path.stat().st_size > MAX_STATE_JSON_BYTES:
-        raise VtreproError(f"{path}: {path.stat().st_size} bytes, more than a trainer state holds "
-                           f"({MAX_STATE_JSON_BYTES}); {remove}")
-    try:
-        fields = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise VtreproError(f"{path}: not valid JSON ({getattr(error, 'msg', 'not UTF-8')}); {remove}") from None
+    fields = read_json_file(path, remove, MAX_STATE_JSON_BYTES, checkpoint)
     expected: dict[str, type | tuple[type, ...]] = {
         "format": str, "step": int, "fingerprint": str, "world": int, "examples_seen": int,
         "cpu_threads": (int, type(None)), "optimizer": dict, "scheduler": dict, "rng": list}
@@ -179,6 +184,11 @@ def read_trainer_fields(checkpoint: Path) -> dict[str, Any]:
     if wrong or fields["format"] != STATE_FORMAT or fields["step"] < 1 or not 1 <= fields["world"] == len(fields["rng"]):
         what = f"field {wrong[0]!r} missing or mistyped" if wrong else "its format, step or process count"
         raise VtreproError(f"{path}: not a {STATE_FORMAT} file ({what}); {remove}")
+    if steps is not None and fields["step"] > steps:
+        raise VtreproError(f"{path}: step {fields['step']}, beyond the recipe's {steps} training steps, so not a "
+                           f"checkpoint of this recipe; {remove}")
+    if fields["examples_seen"] < 0 or (fields["cpu_threads"] is not None and fields["cpu_threads"] < 1):
+        raise VtreproError(f"{path}: examples_seen or cpu_threads out of range; {remove}")
     if not (checkpoint / STATE_TENSORS_NAME).is_file():
         raise VtreproError(f"{checkpoint}: no {STATE_TENSORS_NAME}, so not a complete vtrepro checkpoint; {remove}")
     check_safetensors(checkpoint / STATE_TENSORS_NAME, remove)
@@ -199,6 +209,12 @@ def read_trainer_state(checkpoint: Path, fields: dict[str, Any], optimizer: torc
     saved_groups = _shaped_like(fields["optimizer"].get("param_groups"), groups, f"{where} (optimizer.param_groups)")
     if [group["params"] for group in saved_groups] != [group["params"] for group in groups]:
         raise VtreproError(f"{where} (optimizer parameters); remove {checkpoint} or start over")
+    for number, group in enumerate(saved_groups):
+        for key in ("lr", "initial_lr", "weight_decay", "eps"):
+            if key in group and not (_is_number(group[key]) and 0 <= group[key] <= MAX_OPTIMIZER_SETTING):
+                raise VtreproError(f"{checkpoint / STATE_NAME}: optimizer.param_groups[{number}].{key} is "
+                                   f"{group[key]!r}, not a number in [0, {MAX_OPTIMIZER_SETTING:g}]; remove {checkpoint} "
+                                   "or start over")
     parameters = [parameter for group in optimizer.param_groups for parameter in group["params"]]
     _check_tensor_header(path, check_safetensors(path, f"remove {checkpoint} or start over"), parameters, fields["world"])
     tensors = load_file(path)

@@ -89,7 +89,7 @@ class Trainer:
             raise VtreproError(f"{recipe.path}: training.batch_size {self.training['batch_size']} is the global batch "
                                f"and must be divisible by the {processes.world} processes")
         self.checkpoint = latest_checkpoint(output)
-        fields = read_trainer_fields(self.checkpoint) if self.checkpoint is not None else None
+        fields = read_trainer_fields(self.checkpoint, self.training["steps"]) if self.checkpoint is not None else None
         if fields is not None and fields["fingerprint"] != recipe.fingerprint():
             raise VtreproError(f"{output}: holds checkpoints of a different recipe (or older settings); "
                                "choose another --output or remove it to start over")
