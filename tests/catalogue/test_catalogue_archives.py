@@ -31,6 +31,8 @@ from vtrepro.core import archives
 from vtrepro.core.archives import MAX_EXTENDED_HEADER_BYTES, MAX_EXTENDED_HEADERS, MAX_LINE_BYTES, extract_zip
 from vtrepro.core.errors import VtreproError
 from vtrepro.data.beir import read_corpus
+from vtrepro.encode.fingerprint import main as fingerprint_main
+from vtrepro.encode.reader import MAX_VECTOR_TERMS
 from vtrepro.index.prebuilt import HEADER_NAME, MAX_TOPICS, PREBUILT_FORMAT
 from vtrepro.regress.runner import main as regress_main
 from vtrepro.search.command import main as search_main
@@ -205,6 +207,17 @@ def test_a_corpus_line_just_over_the_bound_is_refused_with_its_line(tmp_path):
         read_corpus(corpus)
     assert str(refused.value).startswith(f"{corpus}:2: a line longer than {MAX_LINE_BYTES} bytes")
     assert "\n" not in str(refused.value)
+
+
+def test_a_vector_of_more_terms_than_any_vocabulary_is_refused(tmp_path, capsys):
+    vectors = tmp_path / "vectors"
+    vectors.mkdir()
+    terms = ",".join(f'"t{i}":1' for i in range(MAX_VECTOR_TERMS + 1))
+    shard = vectors / "part-00000.jsonl"
+    shard.write_text(f'{{"id": "d1", "contents": "", "vector": {{{terms}}}}}\n')
+    code, stderr = run_command(fingerprint_main, [vectors], capsys)
+    assert_one_error_line(code, stderr, f"{shard}:1: 'vector' holds {MAX_VECTOR_TERMS + 1} terms, more than the "
+                                        f"{MAX_VECTOR_TERMS}")
 
 
 # -- counts and names inside a prebuilt index --------------------------------------------------------------------

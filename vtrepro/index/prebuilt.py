@@ -49,7 +49,7 @@ from vtrepro.core.archives import MAX_LINE_BYTES, bounded_lines, check_room, exp
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, sha256_file, unsafe_character
 from vtrepro.encode.fingerprint import fingerprint_vectors
-from vtrepro.encode.reader import MAX_IMPACT
+from vtrepro.encode.reader import MAX_IMPACT, MAX_VECTOR_TERMS
 
 PREBUILT_FORMAT = "vtrepro.prebuilt-index/1"
 SUFFIX = ".tar.gz"
@@ -69,8 +69,7 @@ MAX_TOPIC_LINE_BYTES = MAX_LINE_BYTES
 MAX_QUERY_TOKENS = 10_000_000  # a topic line repeats each term by its weight; SPLADE queries hold ~10^4
 MAX_TOPICS = 1_000_000
 """Queries in one prebuilt index's topics: above MS MARCO's 808,731 training queries, the largest split there is."""
-MAX_QUERY_TERMS = 1_000_000
-"""Distinct terms of one query: no vocabulary vtrepro encodes with holds more (``vocabulary.calibrate.MAX_VOCABULARY``)."""
+MAX_QUERY_TERMS = MAX_VECTOR_TERMS  # distinct terms of one query, as of any vector
 COPY_BLOCK = 1 << 20
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
