@@ -80,12 +80,13 @@ def main(argv: list[str] | None = None) -> int:
         from vtrepro.bench.search import bench_search
 
         if args.index_dir is not None:
-            check_output(args.index_dir, [EncodedFolder(args.vectors).collection, args.queries], kind="folder")
+            check_output(args.index_dir, [args.vectors, EncodedFolder(args.vectors).collection, args.queries],
+                         kind="folder")
         return bench_search(args.vectors, args.queries, args.k, args.threads, args.index_dir)
     if args.command == "scale":
         from vtrepro.bench.scale import bench_scale
 
-        check_output(args.output, [EncodedFolder(args.vectors).collection, args.queries], kind="folder")
+        check_output(args.output, [args.vectors, EncodedFolder(args.vectors).collection, args.queries], kind="folder")
         return bench_scale(args.vectors, args.queries, args.sizes, args.output)
     if args.command == "transfer":
         from vtrepro.bench.transfer import run_transfer_bench

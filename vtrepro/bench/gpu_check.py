@@ -266,9 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     if model is None:
         parser.error("no model: pass --model or --model-dir, or set VTREPRO_MODELS to a folder holding splade-tiny")
     output = args.output or Path("runs") / ("cpu-check" if args.cpu else "gpu-check") / "figures.md"
-    check_output(output, [model])
+    check_output(output, [model, args.data_dir])
     work = output.with_name(output.stem + ".work")
-    check_output(work, [model], kind="folder")
+    check_output(work, [model, args.data_dir], kind="folder")
     return run_check(Check(size, Path(model).resolve(), args.data_dir, output, work))
 
 

@@ -17,6 +17,7 @@ from typing import IO, Any, Iterable, Iterator, Literal
 
 import jsonlines
 
+from vtrepro.core.archives import MAX_LINE_BYTES, bounded_lines
 from vtrepro.core.errors import VtreproError
 
 _UMASK = os.umask(0)
@@ -68,14 +69,16 @@ def write_json(path: str | Path, data: Any) -> None:
 
 
 def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, text)`` of a UTF-8 (optionally gzipped) file; bad UTF-8 is an error naming the line."""
+    """Yield ``(line_number, text)`` of a UTF-8 (optionally gzipped) file; bad UTF-8 is an error naming the line,
+    and so is a line over :data:`~vtrepro.core.archives.MAX_LINE_BYTES` (read in bounded pieces: a 2 GiB line in
+    a 2 MB ``.gz`` never sits in memory)."""
     path = Path(path)
     if not path.is_file():
         raise VtreproError(f"{path}: file not found")
     line_number = 0
     try:
         with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as handle:
-            for line_number, raw in enumerate(handle, start=1):
+            for line_number, raw in bounded_lines(handle, path, MAX_LINE_BYTES):
                 yield line_number, _decoded(raw, path, line_number)
     except (EOFError, gzip.BadGzipFile, zlib.error) as error:
         raise VtreproError(f"{path}:{line_number + 1}: corrupt or truncated gzip data ({error}); "
@@ -240,18 +243,31 @@ def check_output(path: str | Path, inputs: Iterable[str | Path | None] = (), kin
     Symlinks are followed. Refused: an existing ``path`` that is not a regular file (``kind="file"``: a
     folder, device, FIFO or socket, or a link to one) or not a folder (``kind="folder"``); a ``path`` that
     is an input (same resolved path or same inode), lies inside an input folder or, as a folder, holds an
-    input; a place where nothing can be created (tried for real). ``inputs`` are the files and folders the
-    command reads; those that do not exist (a Hub id, a dataset name) are skipped, so callers pass the
-    folder a name resolves to. Creates nothing.
+    input (an input file's checksum sidecars, ``<file>.sha256`` and ``.md5``, count as inputs); a place
+    where nothing can be created (tried for real). ``inputs`` are the files and folders the command reads;
+    those that do not exist (a Hub id, a dataset name) are skipped, so callers pass the folder a name
+    resolves to. Creates nothing.
     """
     path = Path(path)
     _check_kind(path, kind)
     places = _written_places(path)
     for given in inputs:
         if given is not None and Path(given).exists():
-            _check_apart(path, places, Path(given), kind)
+            for read in (Path(given), *checksum_sidecars(Path(given))):
+                _check_apart(path, places, read, kind)
     _check_creatable(path if kind == "folder" else path.absolute().parent)
     return path
+
+
+SIDECAR_SUFFIXES = (".sha256", ".md5")
+"""Checksum files written beside a tarball or bundle (``<file>.sha256``): read with it, so inputs too."""
+
+
+def checksum_sidecars(given: Path) -> list[Path]:
+    """The checksum files beside the input file ``given`` that exist: an output may not replace them either."""
+    if not given.is_file():
+        return []
+    return [sidecar for suffix in SIDECAR_SUFFIXES if (sidecar := given.with_name(given.name + suffix)).exists()]
 
 
 def _written_places(path: Path) -> set[Path]:

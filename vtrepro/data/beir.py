@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shutil
 import socket
 import tempfile
 import urllib.error
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from vtrepro.core.archives import extract_zip
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, read_jsonl, read_lines, unsafe_character, write_jsonl
 
@@ -70,6 +70,11 @@ KNOWN_DATASETS: tuple[str, ...] = (*BEIR_DATASETS, *HUB_DATASETS)
 BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{}.zip"
 HF_API_URL = "https://huggingface.co/api/datasets/{}"
 DOWNLOAD_TIMEOUT_S = 10.0
+MAX_DOWNLOAD_BYTES = 8 << 30
+"""Largest dataset zip fetched: BEIR's largest (climate-fever, fever, msmarco) are 1-1.7 GB."""
+MAX_DATASET_BYTES = 64 << 30
+"""Largest unpacked dataset: BEIR's largest corpora unpack to under 10 GB; a zip may also not expand beyond
+:data:`vtrepro.core.archives.MAX_EXPANSION` times its size."""
 REQUIRED_FILES = "corpus.jsonl[.gz], queries.jsonl[.gz], qrels/test.tsv"
 DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 """A dataset name, never a path: ``scifact``, or ``<group>/<name>`` like ``cqadupstack/android``; no ``..``,
@@ -431,10 +436,15 @@ def _fetch_zip(url: str, archive: str, cache: Path) -> None:
     with tempfile.TemporaryDirectory(prefix=f".{archive}.", dir=cache) as tmp:
         zip_path = Path(tmp) / f"{archive}.zip"
         with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response, open(zip_path, "wb") as out:
-            shutil.copyfileobj(response, out, 1 << 20)
+            fetched = 0
+            for block in iter(lambda: response.read(1 << 20), b""):
+                fetched += len(block)
+                if fetched > MAX_DOWNLOAD_BYTES:
+                    raise VtreproError(f"{url}: more than {MAX_DOWNLOAD_BYTES} bytes, larger than any BEIR dataset; "
+                                       "not the expected archive (nothing was kept)")
+                out.write(block)
         extracted = Path(tmp) / "extracted"
-        with zipfile.ZipFile(zip_path) as bundle:
-            bundle.extractall(extracted)
+        extract_zip(zip_path, extracted, url, MAX_DATASET_BYTES)
         if not (extracted / archive).is_dir():
             raise ValueError(f"zip has no top-level folder '{archive}/'")
         _publish(extracted / archive, cache / archive)

@@ -16,6 +16,9 @@ from vtrepro.core.io import read_jsonl, unsafe_character
 MAX_IMPACT = 2**31 - 1
 """Anserini stores an impact as a Lucene term frequency: a positive 32-bit integer."""
 
+MAX_VECTOR_TERMS = 1_000_000
+"""Distinct terms of one vector: no vocabulary vtrepro encodes with holds more (``vocabulary.calibrate.MAX_VOCABULARY``)."""
+
 Vector = dict[str, int]
 
 
@@ -44,6 +47,9 @@ def _checked_vector(path: Path, line: int, record: Mapping, allow_empty: bool) -
     if not isinstance(vector, dict) or not (vector or allow_empty):
         raise VtreproError(f"{path}:{line}: 'vector' must be a non-empty object {{term: integer impact}} "
                            "(Anserini drops a document without terms)")
+    if len(vector) > MAX_VECTOR_TERMS:
+        raise VtreproError(f"{path}:{line}: 'vector' holds {len(vector)} terms, more than the {MAX_VECTOR_TERMS} of any "
+                           "vocabulary; not vectors an encoder wrote")
     for term, impact in vector.items():
         if not term or unsafe_character(term):
             raise VtreproError(f"{path}:{line}: term {term!r} is empty or holds whitespace or control characters; "

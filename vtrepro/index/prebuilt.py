@@ -20,13 +20,17 @@ metadata shape (:func:`pyserini_info`).
 A prebuilt index comes from elsewhere, so :func:`open_prebuilt` treats it as hostile input: the sidecar
 checksum (when present) is checked first; the archive is streamed once, each member's header checked
 before its bytes are written (plain files and folders only, one top folder, no path leaving it, no
-duplicate, declared sizes within :data:`MAX_EXTRACTED_BYTES` in all, at most :data:`MAX_MEMBERS`), into
+duplicate, declared sizes within :func:`~vtrepro.core.archives.expansion_allowance` and the disk's free space in all, at most
+:data:`MAX_MEMBERS`; long-name and PAX headers bounded before ``tarfile`` reads them, :mod:`vtrepro.core.archives`), into
 a staging folder renamed into place only when every file's sha256 equals ``vtrepro.json``'s record. An index
 written by a newer Lucene major than the installed one is refused in one line naming the Pyserini that reads it
-(:func:`vtrepro.core.anserini.check_readable`).
+(:func:`vtrepro.core.anserini.check_readable`). The topics hold at most :data:`MAX_TOPICS` queries of at most
+:data:`MAX_QUERY_TERMS` terms, lines of at most :data:`MAX_TOPIC_LINE_BYTES`; a refusal inside the tarball names
+the tarball and the member (:func:`named_members`), never the temporary folder it was extracted into.
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
@@ -38,13 +42,14 @@ import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 from vtrepro.core.anserini import check_readable
+from vtrepro.core.archives import MAX_LINE_BYTES, bounded_lines, check_room, expansion_allowance, open_tar
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, read_json_file, sha256_file, unsafe_character
 from vtrepro.encode.fingerprint import fingerprint_vectors
-from vtrepro.encode.reader import MAX_IMPACT
+from vtrepro.encode.reader import MAX_IMPACT, MAX_VECTOR_TERMS
 
 PREBUILT_FORMAT = "vtrepro.prebuilt-index/1"
 SUFFIX = ".tar.gz"
@@ -65,8 +70,11 @@ HEADER_TYPES: dict[str, type | tuple[type, ...]] = {
     "condition": str, "dataset": str, "split": str, **{key: (str, type(None)) for key in WRITER_KEYS}}
 """The type of each header key a prebuilt index's reader uses (checked when present)."""
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-MAX_TOPIC_LINE_BYTES = 64 << 20
+MAX_TOPIC_LINE_BYTES = MAX_LINE_BYTES
 MAX_QUERY_TOKENS = 10_000_000  # a topic line repeats each term by its weight; SPLADE queries hold ~10^4
+MAX_TOPICS = 1_000_000
+"""Queries in one prebuilt index's topics: above MS MARCO's 808,731 training queries, the largest split there is."""
+MAX_QUERY_TERMS = MAX_VECTOR_TERMS  # distinct terms of one query, as of any vector
 COPY_BLOCK = 1 << 20
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
@@ -102,6 +110,21 @@ class PrebuiltIndex:
     @property
     def qrels(self) -> Path:
         return self.root / QRELS_NAME
+
+
+@contextlib.contextmanager
+def named_members(opened: PrebuiltIndex, tarball: Path) -> Iterator[None]:
+    """Refusals about the extracted files name the tarball and the member (``<tarball>: member <top>/<file>``),
+    not the temporary folder the member was extracted into, which is gone once the command ends."""
+    try:
+        yield
+    except VtreproError as error:
+        extracted = str(opened.root)
+        text = str(error)
+        if extracted not in text:
+            raise
+        raise VtreproError(text.replace(extracted, f"{tarball}: member {opened.root.name}", 1)
+                           .replace(extracted, opened.root.name)) from None
 
 
 def tarball_name(spec: str, condition: str, dataset: str) -> str:
@@ -285,11 +308,14 @@ def _place(archive: tarfile.TarFile, member: tarfile.TarInfo, path: Path, tarbal
 
 
 def _extract(tarball: Path, staging: Path, max_bytes: int) -> Path:
-    """Stream every member into ``staging``, each header checked before its bytes; return the top folder."""
+    """Stream every member into ``staging``, each header checked before its bytes (its declared size against
+    the tarball's allowance and the disk's free space too); return the top folder."""
     top: str | None = None
     names: set[str] = set()
     total = 0
-    with tarfile.open(tarball, mode="r|gz") as archive:
+    allowed, why = expansion_allowance(tarball, max_bytes)
+    fix = "not a prebuilt index from 'python -m vtrepro export index' (nothing was kept): fetch it again or re-export it"
+    with open_tar(tarball, "r|gz", fix) as archive:
         for member in archive:
             problem = _member_problem(member, top)
             total += member.size
@@ -297,11 +323,11 @@ def _extract(tarball: Path, staging: Path, max_bytes: int) -> Path:
                 problem = "appears twice"
             if problem is None and len(names) >= MAX_MEMBERS:
                 problem = f"is one more than the {MAX_MEMBERS} members a prebuilt index may hold"
-            if problem is None and total > max_bytes:
-                problem = f"brings the declared sizes to {total} bytes, more than the {max_bytes} allowed"
+            if problem is None and total > allowed:
+                problem = f"brings the declared sizes to {total} bytes, more than the {allowed} allowed ({why})"
             if problem is not None:
-                raise VtreproError(f"{tarball}: member {member.name!r} {problem}; not a prebuilt index from "
-                                   "'python -m vtrepro export index' (nothing was kept): fetch it again or re-export it")
+                raise VtreproError(f"{tarball}: member {member.name!r} {problem}; {fix}")
+            check_room(staging, member.size, tarball, f"member {member.name!r}")
             parts = PurePosixPath(member.name).parts
             top = parts[0]
             names.add(member.name.rstrip("/"))
@@ -392,6 +418,7 @@ def read_topics(path: Path, expected_fingerprint: str | None = None) -> dict[str
     """Query vectors from a pretokenized impact topics TSV (a term's count is its weight), checked against
     ``expected_fingerprint`` (the header's queries fingerprint) when given."""
     queries: dict[str, dict[str, int]] = {}
+    _check_topic_count(path)
     for line_number, line in _topic_lines(path):
         qid, tab, text = line.rstrip("\n").partition("\t")
         if not tab or not qid:
@@ -407,6 +434,9 @@ def read_topics(path: Path, expected_fingerprint: str | None = None) -> dict[str
                 raise VtreproError(f"{path}:{line_number}: term {term!r:.60} holds whitespace or a control character; "
                                    "not topics 'export index' wrote")
             vector[term] = vector.get(term, 0) + 1
+            if len(vector) > MAX_QUERY_TERMS:
+                raise VtreproError(f"{path}:{line_number}: query '{qid:.60}' holds more than {MAX_QUERY_TERMS} distinct "
+                                   "terms, more than any vocabulary; not topics 'export index' wrote")
         if any(weight > MAX_IMPACT for weight in vector.values()):
             raise VtreproError(f"{path}:{line_number}: a term repeats more than {MAX_IMPACT} times")
         queries[qid] = vector
@@ -417,20 +447,28 @@ def read_topics(path: Path, expected_fingerprint: str | None = None) -> dict[str
     return queries
 
 
+def _check_topic_count(path: Path) -> None:
+    """Refuse topics of more than :data:`MAX_TOPICS` lines from a count of their line breaks, before any is parsed."""
+    lines = 0
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(COPY_BLOCK), b""):
+            lines += block.count(b"\n")
+            if lines > MAX_TOPICS:
+                raise VtreproError(f"{path}: more than {MAX_TOPICS} topics (the most a prebuilt index holds); not topics "
+                                   "'export index' wrote")
+
+
 def _topic_lines(path: Path) -> Iterator[tuple[int, str]]:
     with open(path, "rb") as handle:
-        yield from _bounded_lines(handle, path)
+        for line_number, raw in bounded_lines(handle, path, MAX_TOPIC_LINE_BYTES):
+            yield _topic_text(raw, path, line_number)
 
 
-def _bounded_lines(handle: IO[bytes], path: Path) -> Iterator[tuple[int, str]]:
-    for line_number, raw in enumerate(iter(lambda: handle.readline(MAX_TOPIC_LINE_BYTES + 1), b""), start=1):
-        if len(raw) > MAX_TOPIC_LINE_BYTES:
-            raise VtreproError(f"{path}:{line_number}: a line longer than {MAX_TOPIC_LINE_BYTES} bytes; not topics "
-                               "'export index' wrote")
-        try:
-            yield line_number, raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise VtreproError(f"{path}:{line_number}: not UTF-8 text; not topics 'export index' wrote") from None
+def _topic_text(raw: bytes, path: Path, line_number: int) -> tuple[int, str]:
+    try:
+        return line_number, raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise VtreproError(f"{path}:{line_number}: not UTF-8 text; not topics 'export index' wrote") from None
 
 
 def is_prebuilt(path: Path) -> bool:

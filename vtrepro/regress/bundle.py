@@ -9,8 +9,9 @@ published bundle are exact on any machine.
 A bundle comes from elsewhere, so it is opened as hostile input: every member's header is checked
 before anything is extracted (plain files and folders only, paths inside the bundle, no sparse
 members, each declared size and their total within the bundle's own size, the JSON headers and the
-member count within stated caps), then members are streamed to disk in blocks, their sizes and line
-lengths verified as they are written; nothing is read whole into memory.
+member count within stated caps, their total within the disk's free space; long-name and PAX headers
+bounded before ``tarfile`` reads them, :mod:`vtrepro.core.archives`), then members are streamed to disk in
+blocks, their sizes and line lengths verified as they are written; nothing is read whole into memory.
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from dataclasses import asdict
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, Iterable
 
+from vtrepro.core.archives import MAX_LINE_BYTES as _MAX_LINE_BYTES
+from vtrepro.core.archives import check_room, open_tar
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, sha256_file
 from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_folder, fingerprint_vectors
@@ -34,7 +37,7 @@ BUNDLE_FORMAT = "vtrepro.vector-bundle/1"
 BUNDLE_MANIFEST = "bundle.json"
 MAX_MEMBERS = 200_000  # headers held in memory while checking; BEIR-13 plus MS MARCO at 2,000 per shard is ~8,000 a run
 MAX_JSON_BYTES = 16 << 20  # bundle.json and each run's manifest.json are parsed whole
-MAX_LINE_BYTES = 64 << 20  # a vector line is read whole when fingerprinted: 64 MiB is far above a 250k-term vocabulary
+MAX_LINE_BYTES = _MAX_LINE_BYTES  # a vector line is read whole when fingerprinted: every line reader's bound
 COPY_BLOCK = 1 << 20
 
 
@@ -119,8 +122,9 @@ def _extract(bundle: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        with tarfile.open(bundle, mode="r:") as archive:
+        with open_tar(bundle, "r:", "not a vtrepro bundle: fetch it again or re-export it") as archive:
             members = _checked_members(archive, bundle)
+            check_room(staging, sum(member.size for member in members), bundle, "extracting its members")
             for member in members:
                 _write_member(archive, member, staging, bundle)
         os.replace(staging, target)

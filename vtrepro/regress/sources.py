@@ -24,6 +24,7 @@ from vtrepro.index.prebuilt import (
     NAME_PATTERN,
     SUFFIX,
     is_prebuilt,
+    named_members,
     open_prebuilt,
     read_topics,
 )
@@ -55,9 +56,10 @@ def _prebuilt_vectors(tarball: Path, cache: Path) -> tuple[str, str]:
     folder = EncodedFolder(cache / PREBUILT_VECTORS / header["condition"] / header["dataset"])
     stamp = folder.root / "prebuilt.stamp"
     if not stamp.is_file() or stamp.read_text() != opened.root.parent.name:
-        queries = read_topics(opened.topics, header.get("queries_fingerprint"))
-        folder.vectors.mkdir(parents=True, exist_ok=True)
-        write_index_vectors(opened.index, folder.vectors / "part-00000.jsonl")
+        with named_members(opened, tarball):
+            queries = read_topics(opened.topics, header.get("queries_fingerprint"))
+            folder.vectors.mkdir(parents=True, exist_ok=True)
+            write_index_vectors(opened.index, folder.vectors / "part-00000.jsonl")
         write_jsonl(folder.queries, ({"id": qid, "vector": vector} for qid, vector in queries.items()))
         stamp.write_text(opened.root.parent.name)
     return str(header.get("condition")), str(header.get("dataset"))

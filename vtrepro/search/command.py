@@ -19,7 +19,7 @@ import contextlib
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 from vtrepro.core.cli import add_threads, cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
@@ -27,7 +27,7 @@ from vtrepro.core.io import check_output
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import read_query_vectors
 from vtrepro.index.lucene import check_index_folder
-from vtrepro.index.prebuilt import is_prebuilt, open_prebuilt, read_topics
+from vtrepro.index.prebuilt import PrebuiltIndex, is_prebuilt, named_members, open_prebuilt, read_topics
 from vtrepro.search.lucene import search_impact
 from vtrepro.search.runs import add_k, write_trec_run
 
@@ -68,9 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     if vectors is not None:  # the PISA index built from them is an output too
         check_output(args.index, [vectors, args.queries], kind="folder")
     if prebuilt:
-        with _extracted(args.index, args.output) as (index, topics):
-            queries = read_query_vectors(args.queries) if args.queries else topics()
-            run = search_impact(check_index_folder(index), queries, args.k, args.threads, not args.keep_query_id)
+        queries = read_query_vectors(args.queries) if args.queries else None
+        with _extracted(args.index, args.output) as opened, named_members(opened, args.index):
+            if queries is None:
+                queries = read_topics(opened.topics, opened.header.get("queries_fingerprint"))
+            run = search_impact(check_index_folder(opened.index), queries, args.k, args.threads,
+                                not args.keep_query_id)
     elif args.engine == "pisa":
         from vtrepro.search.pisa import ensure_pisa_index, search_pisa
 
@@ -86,13 +89,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 @contextlib.contextmanager
-def _extracted(tarball: Path, output: Path) -> Iterator[tuple[Path, Callable[[], dict[str, dict[str, int]]]]]:
-    """A prebuilt index checked and extracted into a temporary folder beside ``output`` (removed afterwards):
-    its index folder, and a reader of its topics checked against the queries' recorded fingerprint."""
+def _extracted(tarball: Path, output: Path) -> Iterator[PrebuiltIndex]:
+    """A prebuilt index checked and extracted into a temporary folder beside ``output`` (removed afterwards)."""
     output.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{output.name}.prebuilt-", dir=output.parent))
     try:
-        opened = open_prebuilt(tarball, work)
-        yield opened.index, lambda: read_topics(opened.topics, opened.header.get("queries_fingerprint"))
+        yield open_prebuilt(tarball, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
