@@ -61,6 +61,9 @@ def read_yaml(path: Path) -> Any:
         raise VtreproError(f"{path}{line}: malformed YAML ({error.problem or error.context}); fix the syntax") from None
     except YAMLError as error:
         raise VtreproError(f"{path}: malformed YAML ({error}); fix the syntax") from None
+    except ValueError as error:  # a scalar the constructor cannot build, e.g. an integer of 5,000 digits
+        raise VtreproError(f"{path}: a YAML value vtrepro cannot read ({' '.join(str(error).split())[:120]}); "
+                           "fix that value") from None
 
 
 def _read_bounded_text(path: Path) -> str:
@@ -233,9 +236,10 @@ class Checker:
         """``file:line`` of ``node[key]`` (a mapping key or a list index), else of ``node``; ``file`` alone
         where YAML kept no line."""
         line = getattr(getattr(node, "lc", None), "line", None)
-        if isinstance(node, CommentedMap) and key in node.lc.data:  # keys merged from an anchor have no line here
+        lines = getattr(getattr(node, "lc", None), "data", None) or {}  # none on a tagged node (`!!python/...`)
+        if isinstance(node, CommentedMap) and key in lines:  # keys merged from an anchor have no line here
             line = node.lc.key(key)[0]
-        elif isinstance(node, CommentedSeq) and isinstance(key, int) and key < len(node):
+        elif isinstance(node, CommentedSeq) and isinstance(key, int) and key < len(node) and lines:
             line = node.lc.item(key)[0]
         return f"{self.path}{'' if line is None else f':{line + 1}'}"
 

@@ -1,0 +1,201 @@
+"""Fuzzing every kind of file a stranger can hand vtrepro: JSON, JSONL, TSV, YAML and tar inputs, each in
+nested, oversized, mis-encoded, mis-typed and truncated variants generated from a valid seed, through the real
+commands in process. Every variant must end in exit 0 or 2 (never an internal error), with one ``error:`` line
+when refused, bounded memory, and nothing written outside the command's output."""
+from __future__ import annotations
+
+import io
+import json
+import random
+import tarfile
+import tracemalloc
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+import vtrepro.core.archives as archives
+from conftest import MINI_CORPUS
+from helpers import run_command
+from vtrepro.evaluate.trec import main as evaluate
+from vtrepro.regress.runner import main as regress
+from vtrepro.report.command import main as report
+
+pytestmark = pytest.mark.slow  # the hostile-input catalogue (docs/security.md): the full suite runs it
+
+MEMORY_BOUND = 256 * 2**20
+"""Most memory Python may allocate for one variant (traced): every input here is under 1 MiB, so anything near
+this bound means a reader expanded what it was given."""
+SMALL_LINE_BOUND = 1 << 16
+"""The line bound while fuzzing (the real one is 64 MiB): an "oversized line" variant is just over it."""
+
+
+def mutations(seed: bytes, rng: random.Random) -> dict[str, bytes]:
+    """Variants of a text file: nested, oversized, mis-encoded, mis-typed, truncated and empty."""
+    lines = seed.splitlines(keepends=True) or [b"\n"]
+    middle = len(lines) // 2
+    swapped = [line.replace(b'"', b"'", 2) if index == middle else line for index, line in enumerate(lines)]
+    typed = seed.replace(b": \"", b": [").replace(b"\": ", b"\": {\"x\": ", 1)
+    return {
+        "nested 100k": b"[" * 100_000 + b"]" * 100_000 + b"\n" + seed,
+        "nested object": b'{"a":' * 50_000 + b"1" + b"}" * 50_000 + b"\n",
+        "oversized line": b"x" * (SMALL_LINE_BOUND + 1) + b"\n" + seed,
+        "invalid utf-8": seed[: len(seed) // 2] + b"\xff\xfe\xc0\xaf" + seed[len(seed) // 2:],
+        "lone surrogate": seed + b'{"_id": "\\ud800", "text": "\\udfff"}\n',
+        "nul bytes": seed.replace(b" ", b"\x00", 3),
+        "mis-typed": typed,
+        "quotes swapped": b"".join(swapped),
+        "truncated": seed[: max(1, len(seed) * 2 // 3)],
+        "empty": b"",
+        "binary": bytes(rng.randrange(256) for _ in range(512)),
+        "huge number": seed.replace(b"1", b"9" * 5000, 1),
+        "nan": seed.replace(b"1", b"NaN", 1),
+        "crlf and tabs": seed.replace(b"\n", b"\r\n").replace(b" ", b"\t", 2),
+    }
+
+
+def tar_mutations(seed: bytes) -> dict[str, bytes]:
+    """Variants of a tar archive: truncated, not a tar, a member that climbs out, a link, a huge declared size."""
+    def archive(name: str, data: bytes, kind: bytes = tarfile.REGTYPE, link: str = "", size: int | None = None) -> bytes:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname, info.size = kind, link, len(data) if size is None else size
+            tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE and size is None else None)
+        return buffer.getvalue()
+    return {
+        "truncated": seed[: len(seed) // 2],
+        "not a tar": b"plain text, not an archive\n" * 20,
+        "climbing member": archive("../../escaped.txt", b"x"),
+        "absolute member": archive("/tmp/vtrepro-fuzz-absolute.txt", b"x"),
+        "symlink member": archive("link", b"", tarfile.SYMTYPE, "/etc/passwd"),
+        "device member": archive("dev", b"", tarfile.CHRTYPE),
+        "declared 1 TiB": archive("big", b"", size=2**40)[:2048],
+        "empty": b"",
+    }
+
+
+def _snapshot(root: Path, output: Path) -> dict[str, int]:
+    return {str(path): path.stat().st_size for path in root.rglob("*")
+            if path.is_file() and output not in path.parents and path != output}
+
+
+def _run(case: str, command: Callable, argv: list, root: Path, output: Path, capsys) -> tuple[int, int]:
+    before = _snapshot(root, output)
+    tracemalloc.start()
+    try:
+        code, _, err = run_command(command, argv, capsys)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert code in (0, 2), f"{case}: exit {code}\n{err[-1500:]}"
+    if code == 2:
+        errors = [line for line in err.splitlines() if "error: " in line]
+        assert len(errors) == 1 and "Traceback" not in err, f"{case}: {err[-1500:]}"
+    assert peak < MEMORY_BOUND, f"{case}: {peak:,} bytes traced"
+    assert _snapshot(root, output) == before, f"{case}: wrote outside {output}"
+    return code, peak
+
+
+def _beir(root: Path) -> Path:
+    folder = root / "beir" / "mini"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": key, "title": "t", "text": text}) + "\n"
+                                                 for key, text in MINI_CORPUS.items()))
+    (folder / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "what causes heart attacks"}) + "\n")
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td3\t1\n")
+    return folder
+
+
+SPEC = b"""description: fuzz seed
+defaults: {split: test, k: 10, metrics: [ndcg@10]}
+conditions:
+  bm25:
+    retrieval: bm25
+    bm25: {k1: 0.9, b: 0.4}
+    datasets:
+      mini:
+        scores: {ndcg@10: 1.0}
+"""
+RUN = b"q1 Q0 d1 1 2.5 fuzz\nq1 Q0 d3 2 1.5 fuzz\nq1 Q0 d2 3 0.5 fuzz\n"
+
+
+def test_every_input_kind_fuzzed_ends_in_exit_0_or_2_bounded_and_contained(tmp_path: Path, capsys, monkeypatch) -> None:
+    """One test over every variant of every input kind, so the count is one figure (printed)."""
+    monkeypatch.setattr(archives, "MAX_LINE_BYTES", SMALL_LINE_BOUND)
+    rng = random.Random(20261204)
+    counted: dict[str, int] = {}
+
+    def case(kind: str) -> None:
+        counted[kind] = counted.get(kind, 0) + 1
+
+    # JSONL corpus, queries and TSV qrels of a BEIR folder, through evaluate (qrels) and regress --dry-run.
+    for file, seed_name in (("corpus.jsonl", "corpus"), ("queries.jsonl", "queries"), ("qrels/test.tsv", "qrels")):
+        root = tmp_path / f"beir-{seed_name}"
+        folder = _beir(root)
+        seed = (folder / file).read_bytes()
+        for name, data in mutations(seed, rng).items():
+            (folder / file).write_bytes(data)
+            (root / "run.trec").write_bytes(RUN)
+            output = root / "out"
+            _run(f"{file} {name}", evaluate, ["--run", root / "run.trec", "--dataset", folder], root, output, capsys)
+            _run(f"{file} {name} (regress)", regress, ["--spec", _spec(root, SPEC), "--data-dir", root, "--output",
+                                                       output, "--dry-run"], root, output, capsys)
+            case(f"{file} (JSONL/TSV)")
+        (folder / file).write_bytes(seed)
+    # TREC run files (TSV-like) through evaluate.
+    root = tmp_path / "runs"
+    folder = _beir(root)
+    for name, data in mutations(RUN, rng).items():
+        (root / "run.trec").write_bytes(data)
+        _run(f"run {name}", evaluate, ["--run", root / "run.trec", "--dataset", folder], root, root / "out", capsys)
+        case("run.trec (TSV)")
+    # YAML specs through regress --dry-run.
+    root = tmp_path / "specs"
+    _beir(root)
+    for name, data in {**mutations(SPEC, rng), "alias bomb": _alias_bomb(), "tag": b"!!python/object:os.system {}\n"}.items():
+        (root / "spec.yaml").write_bytes(data)
+        _run(f"spec {name}", regress, ["--spec", root / "spec.yaml", "--data-dir", root, "--output", root / "out",
+                                       "--dry-run"], root, root / "out", capsys)
+        case("spec (YAML)")
+    # results.json (JSON) through report.
+    root = tmp_path / "report"
+    results = root / "results" / "spec"
+    results.mkdir(parents=True)
+    seed = json.dumps({"spec": "spec.yaml", "description": "seed", "rows": [
+        {"condition": "c", "dataset": "mini", "metric": "ndcg@10", "kind": "score", "tier": "fixed",
+         "expected": 1.0, "observed": 1.0, "status": "OK", "difference": "", "note": ""}]}).encode() + b"\n"
+    for name, data in mutations(seed, rng).items():
+        (results / "results.json").write_bytes(data)
+        _run(f"results.json {name}", report, [results, "--output", root / "out"], root, root / "out", capsys)
+        case("results.json (JSON)")
+    # Vector bundles (tar) through regress --vectors.
+    root = tmp_path / "bundles"
+    _beir(root)
+    (root / "spec.yaml").write_bytes(SPEC.replace(b"retrieval: bm25\n    bm25: {k1: 0.9, b: 0.4}\n",
+                                                  b"model: splade-tiny\n"))
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo("bundle.json")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"{}"))
+    for name, data in tar_mutations(buffer.getvalue()).items():
+        (root / "bundle.tar").write_bytes(data)
+        _run(f"bundle {name}", regress, ["--spec", root / "spec.yaml", "--data-dir", root, "--output", root / "out",
+                                         "--vectors", root / "bundle.tar"], root, root / "out", capsys)
+        case("bundle (tar)")
+    assert not Path("/tmp/vtrepro-fuzz-absolute.txt").exists()
+    total = sum(counted.values())
+    print(f"\nfuzzed inputs: {total} ({', '.join(f'{kind} {count}' for kind, count in counted.items())})")
+    assert total >= 80
+
+
+def _spec(root: Path, text: bytes) -> Path:
+    (root / "spec.yaml").write_bytes(text)
+    return root / "spec.yaml"
+
+
+def _alias_bomb() -> bytes:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 10)]
+    return ("\n".join(lines) + "\n").encode()
