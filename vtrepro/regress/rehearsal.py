@@ -20,7 +20,7 @@ from vtrepro.core.schema import read_yaml, round_trip_yaml
 from vtrepro.model.loading import looks_like_path
 from vtrepro.regress.cost import recipe_of_trained_folder
 from vtrepro.regress.spec import Spec
-from vtrepro.training.rehearsal import SCALED, Rehearsal, rehearsal_recipe
+from vtrepro.training.rehearsal import SCALED, SPARSER, Rehearsal, rehearsal_recipe, scale_down
 
 REHEARSAL_ENCODER = {"max_length_doc": 32, "max_length_query": 16, "batch_size": 8, "projection": "dense"}
 """A rehearsal's encoder lengths and batch size (the scaled recipes' training lengths), and the dense vocabulary
@@ -69,7 +69,8 @@ def rehearsal_spec(spec: Spec, rehearsal: Rehearsal) -> Path:
         if condition.retrieval == "impact":
             node["encoder"] = CommentedMap({**(encoder or {}), **REHEARSAL_ENCODER})
         if isinstance(node.get("calibrate"), CommentedMap):
-            node["calibrate"] = CommentedMap({**node["calibrate"], **SCALED["calibrate"]})
+            scale_down(node["calibrate"], SCALED["calibrate"], f"{condition.name}.calibrate", rehearsal.scaled,
+                   SPARSER["calibrate"])
         for key in CONDITION_REFERENCES:
             node.pop(key, None)
         datasets = node["datasets"]
