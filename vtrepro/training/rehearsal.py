@@ -171,8 +171,10 @@ def rehearsal_recipe(recipe: str | Path, rehearsal: Rehearsal) -> Recipe:
     data = document["data"]
     if data.get("format") == "beir":
         scale_down(data, {"depth": 5}, "data", notes)
+    made = None  # the stand-in made here for a Hub dataset, not again below
     if data.get("hub"):
         local = rehearsal.data_dir / "hub" / f"{str(data['hub']).replace('/', '__')}.jsonl"
+        made = str(local)
         rehearsal._note(f"data.hub {data['hub']}: its rows as a local JSONL file in the Hub dataset's columns ({local})")
         data["path"], data["hub"] = str(local), None
         local.parent.mkdir(parents=True, exist_ok=True)
@@ -192,6 +194,8 @@ def rehearsal_recipe(recipe: str | Path, rehearsal: Rehearsal) -> Recipe:
             rehearsal.model(value)
         elif kind == "dataset" and not Path(value).suffix:
             rehearsal.dataset(value)
+        elif value == made:
+            continue
         elif kind in ("file", "dataset"):
             rehearsal.file(label, value, scaled.data)
         else:
