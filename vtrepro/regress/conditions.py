@@ -152,6 +152,7 @@ class ConditionRunner:
         self.model_dir, self.data_dir, self.threads = context.model_dir, context.data_dir, context.threads
         self.encode_processes = context.encode_processes
         self._encoder = None
+        self._idf_encoder = None
         self._model: str | None = None
         self._model_error: VtreproError | None = None
 
@@ -171,11 +172,15 @@ class ConditionRunner:
 
     @property
     def query_encoder(self):
-        """The SPLADE encoder itself, or for ``query_encoder: idf`` the model's IDF table (inference-free)."""
+        """The SPLADE encoder itself, or for ``query_encoder: idf`` the model's IDF table (inference-free), loaded
+        once for every dataset of the condition."""
         if self.condition.query_encoder == "idf":
-            from vtrepro.model.idf import IdfQueryEncoder
+            if self._idf_encoder is None:
+                from vtrepro.model.idf import IdfQueryEncoder
 
-            return IdfQueryEncoder.load(self.model, self.model_dir, self.condition.encoder.max_length_query)
+                self._idf_encoder = IdfQueryEncoder.load(self.model, self.model_dir,
+                                                         self.condition.encoder.max_length_query)
+            return self._idf_encoder
         return self.encoder
 
     @property
