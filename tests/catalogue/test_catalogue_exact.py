@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_one_error_line
-from vtrepro.core.cli import cli_entry
+from helpers import run_command
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import MAX_JSON_DEPTH, parse_json, read_jsonl
 from vtrepro.encode.writer import main as encode_main
@@ -30,11 +30,9 @@ DEEP = "[" * 100_000
 
 
 def run(main, argv: list, capsys) -> tuple[int, str]:
-    try:
-        code = cli_entry(main)([str(arg) for arg in argv])
-    except SystemExit as exited:
-        code = int(exited.code or 0)
-    return code, capsys.readouterr().err
+    """A command in process (:func:`helpers.run_command`): (status, stderr)."""
+    code, _, err = run_command(main, argv, capsys)
+    return code, err
 
 
 @pytest.fixture
