@@ -54,7 +54,7 @@ def previous_index(good_index: Path, tmp_path: Path) -> Path:
 # -- Class 1: values Anserini or pytrec_eval would silently change -----------------------------------
 
 SILENT_VECTOR_CHANGES = {
-    "nan weight": ('{"id": "x", "contents": "", "vector": {"paris": NaN}}', "impact nan"),
+    "nan weight": ('{"id": "x", "contents": "", "vector": {"paris": NaN}}', ":4: holds NaN, which is not a number"),
     "negative weight": ('{"id": "x", "contents": "", "vector": {"paris": -3}}', "impact -3"),
     "float weight 2.7": ('{"id": "x", "contents": "", "vector": {"paris": 2.7}}', "impact 2.7"),
     "float weight 0.4": ('{"id": "x", "contents": "", "vector": {"paris": 0.4}}', "impact 0.4"),
