@@ -71,11 +71,15 @@ def tree_state(root: Path) -> dict[str, tuple[str, str]]:
 
 
 def linked_model(source: Path, folder: Path) -> Path:
-    """A model folder whose files are links to ``source``'s: its own folder, so nothing can land in the
-    shared assets, without copying the weights."""
+    """A model folder of its own with ``source``'s files, so nothing can land in the shared assets: hard links
+    where the file system allows (no copy of the weights), else copies. Symbolic links would lead outside the
+    folder, which a model folder may not (issue 31)."""
     folder.mkdir(parents=True)
     for path in source.iterdir():
-        (folder / path.name).symlink_to(path)
+        try:
+            os.link(path, folder / path.name)
+        except OSError:
+            shutil.copy2(path, folder / path.name)
     return folder
 
 
