@@ -167,8 +167,9 @@ def parse_json(data: bytes | str, where: str, fix: str) -> Any:
     try:
         return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_bounded_int)
     except json.JSONDecodeError as error:
-        raise VtreproError(f"{where}: not valid JSON ({error.msg}, line {error.lineno} column {error.colno}); "
-                           f"{fix}") from None
+        one_line = "\n" not in text.rstrip("\r\n")  # a JSONL line: ``where`` names it, the column places the fault
+        position = f"column {error.pos + 1}" if one_line else f"line {error.lineno} column {error.colno}"
+        raise VtreproError(f"{where}: not valid JSON ({error.msg}, {position}); {fix}") from None
     except ValueError as error:  # a non-finite number, an integer of too many digits
         raise VtreproError(f"{where}: {' '.join(str(error).split())[:200]}; {fix}") from None
     except RecursionError:  # below MAX_JSON_DEPTH only when the stack is nearly used up already

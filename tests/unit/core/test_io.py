@@ -146,7 +146,7 @@ def test_read_jsonl_skips_blank_lines_and_keeps_line_numbers(tmp_path):
 
 
 @pytest.mark.parametrize(("line", "message"), [
-    ('{"id": ', "not valid JSON (Expecting value); fix or remove that line"),
+    ('{"id": ', "not valid JSON (Expecting value, column 9); fix or remove that line"),
     ("[1, 2]", "expected a JSON object, got list"),
     ('"text"', "expected a JSON object, got str"),
 ])
