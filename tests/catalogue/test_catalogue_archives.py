@@ -67,20 +67,31 @@ def header(name: str, kind: bytes, size: int) -> bytes:
     return info.tobuf(format=tarfile.GNU_FORMAT)
 
 
+PEAK_PROBE = ("import atexit, runpy, sys\n"
+              "out = sys.argv[1]\n"
+              "def peak():\n"
+              "    high = [line for line in open('/proc/self/status') if line.startswith('VmHWM:')][0]\n"
+              "    open(out, 'w').write(str(int(high.split()[1]) * 1024))\n"
+              "atexit.register(peak)\n"
+              "sys.argv = ['vtrepro', *sys.argv[2:]]\n"
+              "runpy.run_module('vtrepro', run_name='__main__')\n")
+"""``python -m vtrepro`` that writes its own peak resident bytes at exit: ``VmHWM`` of the process's memory
+since its exec. The child's ``ru_maxrss`` would not do: a forked child counts the parent's pages (the pytest
+process, over 512 MB late in a full run) until it execs."""
+
+
 def peak_run(*args: str, cwd: Path) -> tuple[int, str, int]:
     """``python -m vtrepro ARGS`` in a fresh process under a 2 GiB address-space limit: (status, stderr, its
     own peak resident bytes)."""
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
 
-    stderr = cwd / "stderr.txt"
+    stderr, peak = cwd / "stderr.txt", cwd / "peak.txt"
     with open(stderr, "w") as errors:
-        process = subprocess.Popen([sys.executable, "-m", "vtrepro", *args], stdout=subprocess.DEVNULL, stderr=errors,
-                                   cwd=cwd, preexec_fn=limit, env={**os.environ, "PYTHONWARNINGS": "ignore",
-                                                                      "PYTHONPATH": str(SOURCE_ROOT)})
-        _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    return process.returncode, stderr.read_text(), usage.ru_maxrss * 1024
+        process = subprocess.run([sys.executable, "-c", PEAK_PROBE, str(peak), *args], stdout=subprocess.DEVNULL,
+                                 stderr=errors, cwd=cwd, preexec_fn=limit, timeout=120,
+                                 env={**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(SOURCE_ROOT)})
+    return process.returncode, stderr.read_text(), int(peak.read_text())
 
 
 def disk_use(root: Path) -> int:
