@@ -461,9 +461,10 @@ def test_resume_after_kill_continues_the_same_run(tmp_path, splade_tiny, nfcorpu
                              text=True, timeout=300, env=one)
     assert "resuming from" in resumed.stderr
     cut, whole = losses_of(tmp_path / "cut"), losses_of(tmp_path / "whole")
-    # The first resumed step (5) is a function of the restored weights, optimizer, random and data state only:
-    # exact. Later steps are exact here, but CI's machine once gave step 7 1.2e-6 (relative) apart and every
-    # later step too (docs/training.md, Determinism): float noise, not a wrong restore, which would move step 5.
-    assert len(cut) == len(whole) == 24 and cut[:5] == whole[:5]
+    # Two processes of the same command are not always bit-identical on CPU (docs/training.md, Determinism: a
+    # clean-clone run under load gave steps 2-4 of the killed run 1.5e-6 apart from the uninterrupted one,
+    # before any resume). A wrong restore (weights, optimizer, random or data state) moves losses by far more
+    # than 1e-5; the in-process resume test above is exact.
+    assert len(cut) == len(whole) == 24
     assert cut == pytest.approx(whole, rel=1e-5)
     assert json.loads((tmp_path / "cut" / "final" / "training_report.json").read_text())["cpu_threads"] == 2
