@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, cast
 
 from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import check_regular_file
 
 MAX_PICKLE_FILE_BYTES = 8 * 2**30
 """Largest pickle file read (compressed size): the published teacher scores are well under it."""
@@ -81,11 +82,7 @@ def read_plain_pickle(path: str | Path, keep: Callable[[Any], bool] | None = Non
     outermost dict keeps only the keys ``keep`` accepts. Anything but plain data, and anything over a bound,
     is refused with one line naming the file, the opcode and its byte offset."""
     path = Path(path)
-    if not path.is_file():
-        raise VtreproError(f"{path}: pickle file not found (or not a regular file)")
-    if path.stat().st_size > MAX_PICKLE_FILE_BYTES:
-        raise VtreproError(f"{path}: {path.stat().st_size:,} bytes, over the {MAX_PICKLE_FILE_BYTES:,} a pickle "
-                           "file may have (MAX_PICKLE_FILE_BYTES)")
+    check_regular_file(path, MAX_PICKLE_FILE_BYTES, "give the pickle file as downloaded")
     with _open(path) as raw:
         try:
             return _interpret(pickletools.genops(cast(IO[bytes], _Bounded(raw, path))), path, keep)

@@ -29,6 +29,9 @@ costs more than a 32-document stand-in corpus)."""
 PINS = ("scores", "reference", "index", "vectors")
 """Dataset keys a rehearsal drops: nothing it computes is compared with a recorded or published figure."""
 CONDITION_REFERENCES = ("published", "reference_source", "reference_tolerance", "reference_average")
+"""Condition keys a rehearsal drops, for the same reason."""
+
+
 def _stand_in_models(spec: Spec, rehearsal: Rehearsal) -> None:
     for condition in spec.conditions:
         names: list[str | None] = [condition.model] if condition.model and not condition.train else []
@@ -56,8 +59,7 @@ def rehearsal_spec(spec: Spec, rehearsal: Rehearsal) -> Path:
         model = condition.model if not condition.stages else None
         recipe = condition.train or (recipe_of_trained_folder(model) if model else None)
         if model and recipe and not condition.train:
-            rehearsal.substitutions.append(f"condition '{condition.name}': model {model} is trained by rehearsing "
-                                           f"recipe {recipe}")
+            rehearsal.note(f"condition '{condition.name}': model {model} is trained by rehearsing recipe {recipe}")
             del node["model"]
         if recipe:
             node["train"] = str(rehearsal_recipe(recipe, rehearsal).path)
@@ -70,7 +72,7 @@ def rehearsal_spec(spec: Spec, rehearsal: Rehearsal) -> Path:
             node["encoder"] = CommentedMap({**(encoder or {}), **REHEARSAL_ENCODER})
         if isinstance(node.get("calibrate"), CommentedMap):
             scale_down(node["calibrate"], SCALED["calibrate"], f"{condition.name}.calibrate", rehearsal.scaled,
-                   SPARSER["calibrate"])
+                       SPARSER["calibrate"])
         for key in CONDITION_REFERENCES:
             node.pop(key, None)
         datasets = node["datasets"]

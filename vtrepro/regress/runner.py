@@ -34,7 +34,7 @@ from vtrepro.core.cli import (
     positive_int,
 )
 from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
-from vtrepro.core.io import check_output, check_replaceable, check_within, write_json
+from vtrepro.core.io import check_output, check_replaceable, check_within
 from vtrepro.core.java import start_jvm
 from vtrepro.data.availability import check_dataset_split
 from vtrepro.data.beir import load_dataset
@@ -66,7 +66,7 @@ from vtrepro.report.results import (
 )
 from vtrepro.training.plan import DEFAULT_GPU_TFLOPS, estimate_cost
 from vtrepro.training.recipe import load_recipe
-from vtrepro.training.rehearsal import REHEARSAL_NAME, STANDINS_NAME, Rehearsal, describe_rehearsal
+from vtrepro.training.rehearsal import STANDINS_NAME, Rehearsal, describe_rehearsal, write_rehearsal_record
 from vtrepro.training.stages import Stage
 
 logger = logging.getLogger(__name__)
@@ -216,8 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     add_trust_remote_code(parser)
     args = parser.parse_args(argv)
     spec = load_spec(args.spec)
+    rehearsal = None
     if args.rehearse:
-        spec, args = _rehearsal(spec, args)
+        spec, rehearsal = _rehearsal(spec, args)
     args.output = args.output or Path("runs")
     context = RunContext(output=args.output, model_dir=args.model_dir, data_dir=args.data_dir, threads=args.threads,
                          encode_processes=args.encode_procs, vectors=args.vectors,
@@ -263,8 +264,8 @@ def main(argv: list[str] | None = None) -> int:
                 for row in rows]
     write_report(spec, rows, outcome.timings, out_dir, list(context.command), outcome.distributions,
                  train_root=context.train_root)
-    if args.rehearse:
-        write_json(out_dir / REHEARSAL_NAME, {"rehearsal": True, "spec": str(args.spec), "standins": str(args.data_dir)})
+    if rehearsal is not None:
+        write_rehearsal_record(out_dir, *rehearsal)
     print(format_table(rows))
     failed = [row for row in rows if row.status in NOT_OK]
     okish = sum(row.status == STATUS_OKISH for row in rows)
@@ -281,9 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_MISMATCH if failed else EXIT_OK
 
 
-def _rehearsal(spec: Spec, args):
+def _rehearsal(spec: Spec, args) -> tuple[Spec, tuple[Rehearsal, list[str]]]:
     """The rehearsal of ``spec`` (:mod:`vtrepro.regress.rehearsal`): its rewritten spec, loaded, and the
-    arguments that point at the stand-ins; what was replaced and the real run's cost are printed first."""
+    rehearsal with the real run's cost (for ``rehearsal.json``); ``args`` now point at the stand-ins. What was
+    replaced and the real run's cost are printed first."""
     for flag, given in (("--record", args.record), ("--vectors", args.vectors),
                         ("--reference-vectors", args.reference_vectors)):
         if given:
@@ -298,7 +300,7 @@ def _rehearsal(spec: Spec, args):
     rehearsed = load_spec(rehearsal_spec(spec, rehearsal))
     print(describe_rehearsal(rehearsal, cost))
     args.data_dir, args.model_dir = str(rehearsal.data_dir), str(rehearsal.model_dir)
-    return rehearsed, args
+    return rehearsed, (rehearsal, cost)
 
 
 def _record(spec: Spec, outcome: Outcome) -> str | None:

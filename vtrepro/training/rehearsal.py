@@ -81,9 +81,9 @@ class Rehearsal:
         folder = self.model_dir / name
         if not folder.is_dir():
             folder.parent.mkdir(parents=True, exist_ok=True)
-            self._note(write_standin_model(name, folder, self.root / "tokenizers").describe())
+            self.note(write_standin_model(name, folder, self.root / "tokenizers").describe())
         else:
-            self._note(f"model {name}: the stand-in in {folder}")
+            self.note(f"model {name}: the stand-in in {folder}")
 
     def idf_table(self, name: str) -> None:
         """``idf.json`` beside the stand-in for model ``name``, as released inference-free models ship it: the
@@ -96,14 +96,14 @@ class Rehearsal:
         if not (folder / IDF_NAME).is_file():
             texts = Collection.make(MSMARCO_SEED).documents.values()
             IdfQueryEncoder.from_corpus(AutoTokenizer.from_pretrained(folder), texts).save(folder)
-        self._note(f"model {name}: {IDF_NAME} from the stand-in collection's document frequencies")
+        self.note(f"model {name}: {IDF_NAME} from the stand-in collection's document frequencies")
 
     def dataset(self, name: str) -> None:
         """A stand-in BEIR folder for dataset ``name`` under :attr:`data_dir` (``beir/<name>``)."""
         folder = self.data_dir / "beir" / name
         if not folder.is_dir():
             write_beir_folder(folder, name, SPLITS)
-        self._note(f"dataset {name}: a BEIR folder of {len(Collection.make(name).documents)} documents "
+        self.note(f"dataset {name}: a BEIR folder of {len(Collection.make(name).documents)} documents "
                    f"({', '.join(SPLITS)} qrels)")
 
     def file(self, label: str, value: str, data: dict[str, Any]) -> None:
@@ -130,15 +130,16 @@ class Rehearsal:
                                "rehearse a recipe with beir, msmarco or pairs data")
         else:
             write_text_corpus(path, msmarco)
-        self._note(f"{label} {value}: a miniature file in its published format ({path})")
+        self.note(f"{label} {value}: a miniature file in its published format ({path})")
 
-    def _note(self, text: str) -> None:
+    def note(self, text: str) -> None:
+        """Record a substitution once (printed and written to ``rehearsal.json``)."""
         if text not in self.substitutions:
             self.substitutions.append(text)
 
 
 def scale_down(node: CommentedMap, values: dict[str, int], where: str, notes: list[str],
-           raised: dict[str, float] | None = None) -> None:
+               raised: dict[str, float] | None = None) -> None:
     """Lower each of ``values`` in ``node`` (added where the default is larger) and raise each of ``raised``
     that ``node`` sets; every change noted."""
     for key, value in (raised or {}).items():
@@ -175,7 +176,7 @@ def rehearsal_recipe(recipe: str | Path, rehearsal: Rehearsal) -> Recipe:
     if data.get("hub"):
         local = rehearsal.data_dir / "hub" / f"{str(data['hub']).replace('/', '__')}.jsonl"
         made = str(local)
-        rehearsal._note(f"data.hub {data['hub']}: its rows as a local JSONL file in the Hub dataset's columns ({local})")
+        rehearsal.note(f"data.hub {data['hub']}: its rows as a local JSONL file in the Hub dataset's columns ({local})")
         data["path"], data["hub"] = str(local), None
         local.parent.mkdir(parents=True, exist_ok=True)
         write_pairs(local, Collection.make(MSMARCO_SEED), data.get("query_field", "query"),
