@@ -26,7 +26,7 @@ from test_catalogue_outputs import bundle_world, run_command, write_bundle_with 
 
 import vtrepro
 from conftest import assert_one_error_line
-from vtrepro.bench import main as bench_main
+from vtrepro.bench.command import main as bench_main
 from vtrepro.core import archives
 from vtrepro.core.archives import MAX_EXTENDED_HEADER_BYTES, MAX_EXTENDED_HEADERS, MAX_LINE_BYTES, extract_zip
 from vtrepro.core.errors import VtreproError

@@ -19,7 +19,7 @@ import pytest
 from test_catalogue import run_command, small_file_system, snapshot, write_vectors
 
 from conftest import assert_one_error_line
-from vtrepro.bench import main as bench_main
+from vtrepro.bench.command import main as bench_main
 from vtrepro.core.anserini import installed_release
 from vtrepro.core.cli import cli_entry
 from vtrepro.encode.writer import main as encode_main

@@ -29,7 +29,7 @@ from test_catalogue import small_file_system
 
 from conftest import assert_one_error_line, write_mini_beir
 from helpers import write_jsonl
-from vtrepro.bench import main as bench_main
+from vtrepro.bench.command import main as bench_main
 from vtrepro.core.cli import Command, cli_entry
 from vtrepro.encode.writer import main as encode_main
 from vtrepro.index.lucene import main as index_main

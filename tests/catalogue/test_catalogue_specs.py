@@ -270,7 +270,7 @@ def test_invalid_recipe_value_rejected_by_dry_run(tmp_path: Path, capsys: pytest
 def test_numeric_option_out_of_range(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
                                      module: str, args: list[str], fragment: str) -> None:
     monkeypatch.chdir(tmp_path)
-    main = importlib.import_module(COMMANDS[module][0]).main
+    main = importlib.import_module(COMMANDS[module]).main
     with pytest.raises(SystemExit) as exited:
         main(args)
     stderr = capsys.readouterr().err

@@ -6,7 +6,7 @@ one GPU, the figures docs/scale.md waits for, as rows of its tables.
 2. **bfloat16 agreement**: the GPU's bfloat16 vectors (and its float32 ones) against CPU float32 vectors of the
    same documents: the share of active terms both keep (Jaccard) and the impact differences at scale 100,
    the figures that revise the bfloat16 tolerance (docs/regression-specs.md, Half precision).
-3. **torchrun encode**: ``torchrun --standalone --nproc_per_node P -m vtrepro.encode`` (P: the GPUs, at most 2;
+3. **torchrun encode**: ``torchrun --standalone --nproc_per_node P -m vtrepro encode`` (P: the GPUs, at most 2;
    1 with ``--cpu``) against one process: the same fingerprint. One GPU gives a one-process job, which forms
    no process group (nccl refuses two ranks on one GPU), so a collective over nccl on every GPU
    (:mod:`vtrepro.bench.collective`) is checked on its own.
@@ -179,7 +179,7 @@ def torchrun_encode(check: Check, figures: Figures) -> None:
     timings = {}
     for name, launcher in launchers.items():
         started = time.perf_counter()
-        check.run(f"encode-{name}", [*launcher, "-m", "vtrepro.encode", *options,
+        check.run(f"encode-{name}", [*launcher, "-m", "vtrepro", "encode", *options,
                                      "--output", str(check.work / f"encode-{name}")])
         timings[name] = time.perf_counter() - started
     one, many = (json.loads((check.work / f"encode-{name}" / "manifest.json").read_text(encoding="utf-8"))

@@ -9,6 +9,7 @@ lines only once the user configures logging.
 A command (:func:`vtrepro.core.cli.cli_entry`) runs inside :func:`command_logging`, which attaches one
 stderr handler printing bare messages, so the lines read as plain text: information by default,
 warnings only with ``--quiet``, debug lines and third-party logs (Lucene, transformers, Java, PISA)
+with ``--verbose``; transformers' and huggingface_hub's progress bars (e.g. "Loading weights") also only
 with ``--verbose``. Everything is put back when the command returns.
 """
 from __future__ import annotations
@@ -68,12 +69,38 @@ def command_logging(level: int) -> Iterator[None]:
     _package_logger.setLevel(level)
     _package_logger.propagate = False  # shown once, even where the root logger also writes to stderr
     try:
-        yield
+        with contextlib.nullcontext() if verbose() else _hub_progress_bars_hidden():
+            yield
     finally:
         if handler is not None:
             _package_logger.removeHandler(handler)
         _package_logger.setLevel(saved_level)
         _package_logger.propagate = saved_propagate
+
+
+@contextlib.contextmanager
+def _hub_progress_bars_hidden() -> Iterator[None]:
+    """Hide huggingface_hub's progress bars, and transformers' ("Loading weights", "Writing model shards"),
+    for the whole command: transformers takes huggingface_hub's switch when it is imported, or is switched
+    here when it already was. Both are put back afterwards."""
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    hub_hidden = are_progress_bars_disabled()
+    transformers_logging = sys.modules.get("transformers.utils.logging")
+    transformers_shown = transformers_logging.is_progress_bar_enabled() if transformers_logging else not hub_hidden
+    disable_progress_bars()
+    if transformers_logging is not None:
+        transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        transformers_logging = sys.modules.get("transformers.utils.logging")
+        if transformers_logging is not None and transformers_shown:
+            transformers_logging.enable_progress_bar()  # huggingface_hub's too, set just below
+        if hub_hidden:
+            disable_progress_bars()
+        else:
+            enable_progress_bars()
 
 
 @contextlib.contextmanager

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from vtrepro.bench.__main__ import main as bench
+from vtrepro.bench.command import main as bench
 from vtrepro.bench.scale import fit_statistics, growth_exponents, run_stage, write_collection
 from vtrepro.encode.reader import read_vectors, vector_files
 

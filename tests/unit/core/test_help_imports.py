@@ -34,7 +34,7 @@ print(json.dumps(found))
 
 
 def test_help_imports_no_heavy_module() -> None:
-    commands = {name: module for name, (module, _) in COMMANDS.items()}
+    commands = dict(COMMANDS)
     result = subprocess.run([sys.executable, "-c", _PROBE, ",".join(HEAVY_MODULES), json.dumps(commands)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

@@ -77,3 +77,27 @@ def test_a_failing_command_leaves_no_handler_behind(package_logger, capsys) -> N
     assert example_command(["fail", "--quiet"]) == 2
     assert capsys.readouterr().err.splitlines() == ["warning line", "error: bad input"]
     assert package_logger.handlers == before and package_logger.level == logging.NOTSET
+
+
+@cli_entry
+def loading_command(argv: list[str] | None = None) -> int:
+    """A command that loads a model straight through transformers, as sentence-transformers does in ``bench encode``."""
+    from transformers import AutoModelForMaskedLM
+
+    assert argv
+    AutoModelForMaskedLM.from_pretrained(argv[0])
+    return 0
+
+
+@pytest.mark.parametrize(("flags", "shown"), [([], False), (["--verbose"], True)])
+def test_transformers_progress_bars_show_only_with_verbose(flags, shown, splade_tiny, package_logger, capsys) -> None:
+    from huggingface_hub.utils import are_progress_bars_disabled
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.enable_progress_bar()  # as in a fresh process
+    try:
+        assert loading_command([str(splade_tiny), *flags]) == 0
+        assert ("Loading weights" in capsys.readouterr().err) == shown
+        assert transformers_logging.is_progress_bar_enabled() and not are_progress_bars_disabled()  # put back
+    finally:
+        transformers_logging.disable_progress_bar()

@@ -11,7 +11,7 @@ import pytest
 import vtrepro
 from conftest import HAND_MADE_DOCS, assert_one_error_line
 from helpers import write_vectors
-from vtrepro.bench import main as bench_main
+from vtrepro.bench.command import main as bench_main
 from vtrepro.core.errors import VtreproError
 from vtrepro.encode.reader import read_query_vectors
 from vtrepro.encode.vectors import escape_term

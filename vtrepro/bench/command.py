@@ -1,6 +1,6 @@
 """Benchmarks: encoding throughput, Lucene vs PISA search, vocabulary transfer at scale, BERT-base encoding.
 
-``python -m vtrepro bench <benchmark>`` (or ``python -m vtrepro.bench``):
+``python -m vtrepro bench <benchmark>``:
 
 - ``encode`` times :class:`~vtrepro.model.splade.SpladeEncoder` against sentence-transformers'
   ``SparseEncoder`` on the same documents and checks their vectors agree (:mod:`vtrepro.bench.encode`);
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 from vtrepro.core.cli import add_data_dir, cli_entry, command_parser, non_negative_int, number_in, positive_int
@@ -126,6 +125,3 @@ def _default_model(model: str | None) -> str:
         raise VtreproError("no model: pass --model or set VTREPRO_MODELS to a folder holding splade-tiny")
     return str(Path(models) / "splade-tiny")
 
-
-if __name__ == "__main__":
-    sys.exit(main())
