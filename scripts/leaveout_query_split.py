@@ -1,6 +1,6 @@
 """Split a leave-out comparison by whether a query contains a held-out token.
 
-After ``python -m vtrepro.regress --spec vt_leaveout_splade_tiny_ft`` this prints mean nDCG@10 of
+After ``python -m vtrepro regress --spec vt_leaveout_splade_tiny_ft`` this prints mean nDCG@10 of
 each condition on the NFCorpus test queries whose tokens include one of the transfer's held-out
 tokens, and on the rest: where the transferred model differs from the original, the rebuilt rows are
 the cause only if the difference sits in the first group.

@@ -101,7 +101,7 @@ def run_module(module: str, *args, capsys) -> tuple[int, str, str]:
     argv = sys.argv
     sys.argv = [module, *map(str, args)]
     try:
-        with warnings.catch_warnings():  # runpy warns when an alias module was imported before: not a user's case
+        with warnings.catch_warnings():  # runpy warns when the module (vtrepro.__main__) was imported before: not a user's case
             warnings.filterwarnings("ignore", category=RuntimeWarning, module="runpy")
             runpy.run_module(module, run_name="__main__", alter_sys=True)
         code = 0

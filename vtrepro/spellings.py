@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+from importlib.abc import Loader, MetaPathFinder
 from importlib.machinery import ModuleSpec
 from types import CodeType, ModuleType
 from typing import Sequence
@@ -33,14 +34,11 @@ def command_of(name: str) -> str | None:
     return parts[1] if len(parts) == 2 and parts[0] == "vtrepro" and parts[1] in OLD_SPELLINGS else None
 
 
-class OldSpellingFinder:
+class OldSpellingFinder(MetaPathFinder, Loader):
     """A ``sys.meta_path`` finder, and the loader of what it finds: the old spellings and nothing else."""
 
     def find_spec(self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None) -> ModuleSpec | None:
         return None if command_of(name) is None else ModuleSpec(name, self, origin=_ENTRY)
-
-    def create_module(self, spec: ModuleSpec) -> None:
-        return None  # the default module
 
     def exec_module(self, module: ModuleType) -> None:
         raise ImportError(f"{module.__name__} is no module: 'python -m {module.__name__.removesuffix('.__main__')}' "

@@ -140,7 +140,7 @@ def test_ids_anserini_cannot_carry_are_refused_at_the_source(case, tmp_path, cap
     data = _mini_beir(tmp_path / "data", corpus, queries, qrels)
     spec = tmp_path / "spec.yaml"
     spec.write_text("conditions:\n  bm25:\n    retrieval: bm25\n    datasets:\n      mini:\n")
-    code, _, stderr = run_module("vtrepro.regress", "--spec", spec, "--data-dir", data, "--output", tmp_path / "runs",
+    code, _, stderr = run_module("vtrepro", "regress", "--spec", spec, "--data-dir", data, "--output", tmp_path / "runs",
                                  capsys=capsys)
     assert_one_error_line(code, stderr, where)
 
@@ -227,7 +227,7 @@ def test_search_on_a_missing_or_wrong_index_keeps_the_previous_run(index, tmp_pa
     run.write_text("q1 Q0 d0 1 5.000000 earlier\n")
     folder = tmp_path / ("nope" if index == "missing" else "q")
     code, _, stderr = run_command(search_main, ["--index", folder, "--queries", queries, "--output", run], capsys)
-    assert_one_error_line(code, stderr, str(folder), "python -m vtrepro.index")
+    assert_one_error_line(code, stderr, str(folder), "python -m vtrepro index")
     assert run.read_text() == "q1 Q0 d0 1 5.000000 earlier\n"
 
 
@@ -240,7 +240,7 @@ def test_regress_keeps_the_results_of_runs_that_finished(tmp_path, capsys):
     (bad / "qrels" / "test.tsv").write_text(GOOD_QRELS)
     spec = tmp_path / "spec.yaml"
     spec.write_text("conditions:\n  bm25:\n    retrieval: bm25\n    datasets:\n      mini:\n      broken:\n")
-    code, _, stderr = run_module("vtrepro.regress", "--spec", spec, "--data-dir", data, "--output", tmp_path / "runs",
+    code, _, stderr = run_module("vtrepro", "regress", "--spec", spec, "--data-dir", data, "--output", tmp_path / "runs",
                                  capsys=capsys)
     assert_one_error_line(code, stderr, "bm25/broken", "corpus.jsonl:2", "report.md")
     results = json.loads((tmp_path / "runs" / "spec" / "results.json").read_text())
@@ -318,7 +318,7 @@ def test_unexpected_internal_error_is_one_line_with_a_debug_hint():
                                               (["--k", "-3"], "expected an integer in [1, 10000]"),
                                               (["--k", "ten"], "expected an integer in [1, 10000]")])
 def test_search_numeric_options_are_range_checked(argv, expected, good_index, tmp_path, capsys):
-    code, _, stderr = run_module("vtrepro.search", "--index", good_index, "--queries", "q", "--output", tmp_path / "run",
+    code, _, stderr = run_module("vtrepro", "search", "--index", good_index, "--queries", "q", "--output", tmp_path / "run",
                                  *argv, capsys=capsys)
     assert code == 2 and "Traceback" not in stderr
     assert expected in stderr.splitlines()[-1]

@@ -34,7 +34,7 @@ FOUR_HUNDRED = [{"id": f"d{i}", "contents": "", "vector": {f"t{(i * 7 + j) % 997
                 for i in range(400)]
 """Large enough that its index does not fit beside the three-document index on a 96 KiB tmpfs."""
 PREVIOUS_RUN = "q1 Q0 d0 1 5.000000 earlier\n"
-INDEX_FIX = "python -m vtrepro.index"
+INDEX_FIX = "python -m vtrepro index"
 
 
 @pytest.fixture(scope="module")

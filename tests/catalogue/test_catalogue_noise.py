@@ -54,7 +54,7 @@ def inputs(tmp_path_factory) -> Path:
 def encoded(inputs: Path, splade_tiny: Path, tmp_path_factory):
     """One quiet encode of the crafted corpus and queries: (folder, exit code, stdout, stderr)."""
     output = tmp_path_factory.mktemp("encoded") / "enc"
-    result = run("vtrepro.encode", "--model", splade_tiny, "--corpus", inputs / "corpus.jsonl",
+    result = run("vtrepro", "encode", "--model", splade_tiny, "--corpus", inputs / "corpus.jsonl",
                  "--queries", inputs / "queries.jsonl", "--output", output)
     assert result[0] == 0, result[2]
     return output, *result
@@ -97,7 +97,7 @@ def test_encode_prints_one_progress_line_per_stage_with_count_and_rate(encoded):
 @pytest.mark.slow  # over 4 s: keeps the fast run under 3 minutes
 def test_resumed_encode_reports_what_it_did_not_redo(encoded, inputs, splade_tiny):
     folder, *_ = encoded
-    code, _, stderr = run("vtrepro.encode", "--model", splade_tiny, "--corpus", inputs / "corpus.jsonl",
+    code, _, stderr = run("vtrepro", "encode", "--model", splade_tiny, "--corpus", inputs / "corpus.jsonl",
                           "--output", folder)
     assert code == 0, stderr
     assert re.search(rf"encode documents: {len(DOCUMENTS)} doc, resumed at {len(DOCUMENTS)} in", stderr), stderr
@@ -109,7 +109,7 @@ def test_resumed_encode_reports_what_it_did_not_redo(encoded, inputs, splade_tin
 def test_encode_is_quiet_unless_verbose(encoded, inputs, splade_tiny, tmp_path):
     _, _, _, quiet = encoded
     assert not NOISE.search(quiet), quiet
-    code, _, verbose = run("vtrepro.encode", "--model", splade_tiny, "--corpus", inputs / "corpus.jsonl",
+    code, _, verbose = run("vtrepro", "encode", "--model", splade_tiny, "--corpus", inputs / "corpus.jsonl",
                            "--output", tmp_path / "enc", "--verbose")
     assert code == 0, verbose
     assert "Loading weights" in verbose  # transformers' own bar, shown again
@@ -122,8 +122,8 @@ def test_index_and_search_are_quiet_unless_verbose(encoded, tmp_path, java_home)
     env = {"JAVA_HOME": java_home} if java_home else {}
     for flags in ([], ["--verbose"]):
         index = tmp_path / f"index{len(flags)}"
-        indexed = run("vtrepro.index", "--vectors", folder, "--index", index, *flags, env=env)
-        searched = run("vtrepro.search", "--index", index, "--queries", folder / "queries.jsonl",
+        indexed = run("vtrepro", "index", "--vectors", folder, "--index", index, *flags, env=env)
+        searched = run("vtrepro", "search", "--index", index, "--queries", folder / "queries.jsonl",
                        "--output", tmp_path / f"run{len(flags)}.trec", *flags, env=env)
         for code, stdout, stderr in (indexed, searched):
             assert code == 0, stderr
@@ -144,7 +144,7 @@ def test_unknown_hub_id_offline_fails_at_once_naming_the_folder_to_create(inputs
         if hub_reachable():
             pytest.skip("the Hub is reachable here: the offline path is not taken")
     env = {**offline_env, "VTREPRO_MODELS": str(tmp_path / "models")}
-    result = run("vtrepro.encode", "--model", "some-org/unknown-model", "--corpus", inputs / "corpus.jsonl",
+    result = run("vtrepro", "encode", "--model", "some-org/unknown-model", "--corpus", inputs / "corpus.jsonl",
                  "--output", tmp_path / "enc", env=env, timeout=HUB_SAFETY_NET_S)
     assert_one_line_error(result, "some-org/unknown-model", "offline", str(tmp_path / "models" / "some-org" / "unknown-model"))
     assert "Retrying" not in result[2]
@@ -153,7 +153,7 @@ def test_unknown_hub_id_offline_fails_at_once_naming_the_folder_to_create(inputs
 
 def test_unknown_hub_id_without_models_root_says_to_set_it(inputs, tmp_path):
     env = {"HF_HUB_OFFLINE": "1", "VTREPRO_MODELS": ""}
-    result = run("vtrepro.encode", "--model", "some-org/unknown-model", "--corpus", inputs / "corpus.jsonl",
+    result = run("vtrepro", "encode", "--model", "some-org/unknown-model", "--corpus", inputs / "corpus.jsonl",
                  "--output", tmp_path / "enc", env=env, timeout=HUB_SAFETY_NET_S)
     assert_one_line_error(result, "ROOT/some-org/unknown-model", "VTREPRO_MODELS=ROOT")
 
@@ -170,7 +170,7 @@ def test_hub_id_in_the_hugging_face_cache_still_loads_offline(inputs, splade_tin
         shutil.copy(source, blobs / source.name)
         (snapshot / source.name).symlink_to(Path("../../blobs") / source.name)
     env = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), "VTREPRO_MODELS": ""}
-    code, stdout, stderr = run("vtrepro.encode", "--model", "some-org/cached-model", "--corpus", inputs / "corpus.jsonl",
+    code, stdout, stderr = run("vtrepro", "encode", "--model", "some-org/cached-model", "--corpus", inputs / "corpus.jsonl",
                                "--output", tmp_path / "enc", env=env, timeout=60)
     assert code == 0, stderr
     assert f"{len(DOCUMENTS)} documents" in stdout
@@ -212,7 +212,7 @@ BREAKAGES = {
 def test_broken_model_folder_is_one_line_naming_the_file(broken_file, inputs, splade_tiny, tmp_path):
     model = broken_model(tmp_path, splade_tiny)
     problem = BREAKAGES[broken_file](model)
-    result = run("vtrepro.encode", "--model", model, "--corpus", inputs / "corpus.jsonl", "--output", tmp_path / "enc")
+    result = run("vtrepro", "encode", "--model", model, "--corpus", inputs / "corpus.jsonl", "--output", tmp_path / "enc")
     named = str(model / broken_file) if broken_file else f"{model}:"
     assert_one_line_error(result, named, problem, "again" if broken_file else "copy")
     assert not (tmp_path / "enc").exists()
@@ -223,7 +223,7 @@ def test_broken_model_folder_is_one_line_naming_the_file(broken_file, inputs, sp
 def test_output_that_is_a_file_is_refused_before_the_model_loads(inputs, tmp_path):
     output = tmp_path / "encoded"
     output.write_text("my notes\n")
-    result = run("vtrepro.encode", "--model", tmp_path / "no-such-model", "--corpus", inputs / "corpus.jsonl",
+    result = run("vtrepro", "encode", "--model", tmp_path / "no-such-model", "--corpus", inputs / "corpus.jsonl",
                  "--output", output)
     assert_one_line_error(result, str(output), "is a file")  # not the missing model: the output is checked first
     assert output.read_text() == "my notes\n"
@@ -236,7 +236,7 @@ def test_read_only_output_folder_is_refused_before_the_model_loads(inputs, tmp_p
     folder.mkdir()
     folder.chmod(0o555)
     try:
-        result = run("vtrepro.encode", "--model", tmp_path / "no-such-model", "--corpus", inputs / "corpus.jsonl",
+        result = run("vtrepro", "encode", "--model", tmp_path / "no-such-model", "--corpus", inputs / "corpus.jsonl",
                      "--output", folder / "enc")
     finally:
         folder.chmod(0o755)
@@ -248,7 +248,7 @@ def test_output_on_a_read_only_file_system_is_refused(inputs, tmp_path):
     read_only = Path("/proc/sys")  # read-only even for root
     if not read_only.is_dir() or os.access(read_only, os.W_OK):
         pytest.skip("no read-only file system to write to")
-    result = run("vtrepro.encode", "--model", tmp_path / "no-such-model", "--corpus", inputs / "corpus.jsonl",
+    result = run("vtrepro", "encode", "--model", tmp_path / "no-such-model", "--corpus", inputs / "corpus.jsonl",
                  "--output", read_only / "vtrepro-encoded")
     assert_one_line_error(result, str(read_only), "cannot write here")
 
@@ -257,7 +257,7 @@ def test_foreign_vector_files_are_never_overwritten(inputs, tmp_path):
     vectors = tmp_path / "enc" / "vectors"
     vectors.mkdir(parents=True)
     (vectors / "part-00000.jsonl").write_text('{"id": "mine", "vector": {"a": 1}}\n')
-    result = run("vtrepro.encode", "--model", tmp_path / "no-such-model", "--corpus", inputs / "corpus.jsonl",
+    result = run("vtrepro", "encode", "--model", tmp_path / "no-such-model", "--corpus", inputs / "corpus.jsonl",
                  "--output", tmp_path / "enc")
     assert_one_line_error(result, str(vectors), "no manifest.json")
     assert (vectors / "part-00000.jsonl").read_text() == '{"id": "mine", "vector": {"a": 1}}\n'
@@ -266,7 +266,7 @@ def test_foreign_vector_files_are_never_overwritten(inputs, tmp_path):
 @pytest.mark.parametrize("option", ["--shard-size", "--batch-size", "--max-length-doc", "--max-length-query", "--scale"])
 @pytest.mark.parametrize("value", ["0", "-5"])
 def test_out_of_range_options_are_refused_by_the_parser(option, value, inputs, tmp_path):
-    code, _, stderr = run("vtrepro.encode", "--model", "m", "--corpus", inputs / "corpus.jsonl",
+    code, _, stderr = run("vtrepro", "encode", "--model", "m", "--corpus", inputs / "corpus.jsonl",
                           "--output", tmp_path / "enc", option, value)
     assert code == 2 and "Traceback" not in stderr
     expected = {"--scale": "a number in [1, 10000]", "--shard-size": "an integer in [1, 100000]",

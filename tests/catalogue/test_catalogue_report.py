@@ -1,6 +1,6 @@
 """The report's part of the bad-input catalogue (docs/input-validation.md): results folders from strangers.
 
-``python -m vtrepro.report`` reads results folders that may come from anyone. Each case builds a results
+``python -m vtrepro report`` reads results folders that may come from anyone. Each case builds a results
 folder as regress writes it (every row kind, per-query scores, calibration, training loss, distributions),
 changes what a stranger could, and runs the real command: markup in every text field must reach no output
 unescaped (checked in headless Chromium), another layout or a wrong type is one ``error:`` line naming the
@@ -436,7 +436,7 @@ def test_sigint_in_the_report_phase_leaves_a_whole_set(mini_beir, tmp_path):
         (out_dir / name).parent.mkdir(parents=True, exist_ok=True)
         (out_dir / name).write_text(text)
     command = ["--spec", str(spec), "--data-dir", str(mini_beir), "--output", str(tmp_path / "runs")]
-    process = subprocess.Popen([sys.executable, "-m", "vtrepro.regress", *command], preexec_fn=_sigint_by_default,
+    process = subprocess.Popen([sys.executable, "-m", "vtrepro", "regress", *command], preexec_fn=_sigint_by_default,
                                stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     assert process.stderr is not None
     lines = []

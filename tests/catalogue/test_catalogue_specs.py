@@ -243,7 +243,7 @@ def test_invalid_spec_value_rejected_by_dry_run(tmp_path: Path, old: str, new: s
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "spec.yaml"
     path.write_text(edited(SPEC, old, new))
-    result = run_module("vtrepro.regress", "--spec", path, "--dry-run", "--output", tmp_path / "runs", capsys=capsys)
+    result = run_module("vtrepro", "regress", "--spec", path, "--dry-run", "--output", tmp_path / "runs", capsys=capsys)
     assert_cli_error(result, f"{path}:{line}: ", fragment)
     assert not (tmp_path / "runs").exists()
 

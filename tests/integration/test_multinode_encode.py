@@ -26,7 +26,7 @@ def test_two_agents_encode_the_one_process_vectors(tmp_path, data_dir, models_di
                "--shard-size", str(SHARD), "--sort-window", str(SHARD), "--batch-size", "8", "--max-length-doc", "96"]
     single, nodes = tmp_path / "one", tmp_path / "two-nodes"
     assert encode([*options, "--output", str(single)]) == 0  # one process: this one
-    agents = run_two_agents(["-m", "vtrepro.encode", *options, "--output", str(nodes)], REPO, tmp_path / "logs")
+    agents = run_two_agents(["-m", "vtrepro", "encode", *options, "--output", str(nodes)], REPO, tmp_path / "logs")
 
     assert agents.group_ranks() == {0, 1}  # two nodes joined the job, one worker each
     one, two = (json.loads((folder / "manifest.json").read_text()) for folder in (single, nodes))

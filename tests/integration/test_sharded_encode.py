@@ -22,9 +22,9 @@ def _encode_command(corpus: Path, output: Path, models_dir: Path, processes: int
                "--output", str(output), "--shard-size", str(SHARD), "--sort-window", str(SHARD), "--batch-size", "8",
                "--max-length-doc", "128"]
     if processes == 1:
-        return [sys.executable, "-m", "vtrepro.encode", *options]
+        return [sys.executable, "-m", "vtrepro", "encode", *options]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
-            "-m", "vtrepro.encode", *options]
+            "-m", "vtrepro", "encode", *options]
 
 
 def _environment() -> dict[str, str]:

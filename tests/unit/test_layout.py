@@ -87,7 +87,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def layer(module: str) -> int | None:
     """The layer of ``vtrepro.<layer>...``; None for top-level modules (``vtrepro/__main__.py``,
-    ``vtrepro/bench*``, the command aliases), which may import anything."""
+    ``vtrepro/spellings.py``, ``vtrepro/bench*``), which may import anything."""
     parts = module.split(".")
     return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
 

@@ -82,9 +82,13 @@ def command_logging(level: int) -> Iterator[None]:
 def _hub_progress_bars_hidden() -> Iterator[None]:
     """Hide huggingface_hub's progress bars, and transformers' ("Loading weights", "Writing model shards"),
     for the whole command: transformers takes huggingface_hub's switch when it is imported, or is switched
-    here when it already was. Both are put back afterwards."""
+    here when it already was. Both are put back afterwards. ``HF_HUB_DISABLE_PROGRESS_BARS=0`` keeps them."""
+    from huggingface_hub import constants
     from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
+    if constants.HF_HUB_DISABLE_PROGRESS_BARS is False:  # the user's environment asks for the bars
+        yield
+        return
     hub_hidden = are_progress_bars_disabled()
     transformers_logging = sys.modules.get("transformers.utils.logging")
     transformers_shown = transformers_logging.is_progress_bar_enabled() if transformers_logging else not hub_hidden

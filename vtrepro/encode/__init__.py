@@ -2,4 +2,4 @@
 the encoded folder's layout (folder), its resumable shards and manifest (shards, manifest), query
 encoding (queries), the checked vector reader (reader) and content fingerprints (fingerprint).
 
-``python -m vtrepro.encode`` runs the encode command (writer)."""
+``python -m vtrepro encode`` runs the encode command (writer)."""

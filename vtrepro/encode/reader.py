@@ -53,10 +53,10 @@ def _checked_vector(path: Path, line: int, record: Mapping, allow_empty: bool) -
     for term, impact in vector.items():
         if not term or unsafe_character(term):
             raise VtreproError(f"{path}:{line}: term {term!r} is empty or holds whitespace or control characters; "
-                               "Anserini would split or drop it (python -m vtrepro.encode escapes such terms)")
+                               "Anserini would split or drop it (python -m vtrepro encode escapes such terms)")
         if isinstance(impact, bool) or not isinstance(impact, int) or not 0 < impact <= MAX_IMPACT:
             raise VtreproError(f"{path}:{line}: impact {impact!r} of term {term!r} must be an integer in "
-                               f"1..{MAX_IMPACT}; quantize the weights (python -m vtrepro.encode does)")
+                               f"1..{MAX_IMPACT}; quantize the weights (python -m vtrepro encode does)")
     return doc_id, vector
 
 

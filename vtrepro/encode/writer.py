@@ -1,6 +1,6 @@
 """Encode a corpus (and its queries) into quantized Pyserini JSON vectors.
 
-``python -m vtrepro.encode --model M --dataset scifact --output DIR`` writes::
+``python -m vtrepro encode --model M --dataset scifact --output DIR`` writes::
 
     DIR/manifest.json          settings, shards with checksums, document and impact totals
     DIR/vectors/part-NNNNN.jsonl   JsonVectorCollection shards: {"id", "contents", "vector"}
@@ -8,7 +8,7 @@
 
 Shards are written atomically, each with a receipt, and merged into the manifest when all are done;
 rerunning the same command after an interruption encodes only the unfinished shards. Under
-``torchrun --nproc_per_node N -m vtrepro.encode ...`` each process encodes every N-th shard (on its
+``torchrun --nproc_per_node N -m vtrepro encode ...`` each process encodes every N-th shard (on its
 own GPU when there is one) and rank 0 merges them: the vectors, fingerprint and index are those of a
 one-process run, since a document's vector does not depend on the process that encodes it. The
 output folder, corpus and queries are checked before the model is loaded; documents and queries

@@ -1,6 +1,6 @@
 """Score TREC runs with pytrec_eval: nDCG@10, R@100, R@1000, MRR@10, rounded to 4 decimals.
 
-``python -m vtrepro.evaluate --run run.trec --qrels qrels.tsv`` (or ``--dataset``) prints the scores;
+``python -m vtrepro evaluate --run run.trec --qrels qrels.tsv`` (or ``--dataset``) prints the scores;
 ``--baseline other.trec`` compares the two runs query by query with paired significance tests.
 Means are over every judged query, a query without results scoring 0: ``trec_eval -c``, which is
 how Pyserini's published BEIR figures are computed.

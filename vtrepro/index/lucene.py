@@ -1,6 +1,6 @@
 """Build Lucene indexes with Anserini: impact indexes from JSON vectors, BM25 indexes from text.
 
-``python -m vtrepro.index --vectors ENCODED_DIR --index INDEX_DIR`` indexes an encoded corpus
+``python -m vtrepro index --vectors ENCODED_DIR --index INDEX_DIR`` indexes an encoded corpus
 (or any Pyserini ``JsonVectorCollection`` folder) and checks the index against its manifest.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 # jnius is imported once the JVM is started with Anserini's classpath (core.java), on purpose.
 
-BUILD_COMMAND = "'python -m vtrepro.index'"
+BUILD_COMMAND = "'python -m vtrepro index'"
 REBUILD = f"rebuild it with {BUILD_COMMAND}"
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 DISK_FULL_MESSAGES = tuple(os.strerror(number) for number in DISK_FULL_ERRNOS)
@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     if manifest is not None:
         if not manifest.get("complete"):
             raise VtreproError(f"{encoded.manifest_path}: the encoding is not finished; "
-                               "rerun the same 'python -m vtrepro.encode' command to complete it")
+                               "rerun the same 'python -m vtrepro encode' command to complete it")
         check_against_manifest({"documents": summary.count, "total_terms": summary.total_impact}, manifest)
     stats = build_impact_index(folder, args.index, args.threads, expected=summary)
     print(json.dumps(stats))

