@@ -91,7 +91,7 @@ def selected_runs(spec: Spec, datasets: str | None) -> Iterable[tuple[Condition,
 def _training_plan(recipe_name: str, train_root: Path) -> str:
     recipe = load_recipe(recipe_name)
     final = train_root / recipe.name / "final"
-    state = "trained" if final.is_dir() else f"to train first: {recipe.training['steps']} steps"
+    state = "trained" if final.is_dir() else f"to train first: {recipe.training.steps} steps"
     return f"model {final} from recipe {recipe.path} ({state})"
 
 

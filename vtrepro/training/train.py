@@ -77,8 +77,8 @@ def run_recipe(recipe: Recipe, output: Path, data_dir=None, model_dir=None) -> P
     from vtrepro.training.trainer import Trainer
 
     processes = Processes.start()
-    if processes.device.type == "cpu" and recipe.training["cpu_threads"]:
-        torch.set_num_threads(recipe.training["cpu_threads"])  # CPU float sums depend on the thread count
+    if processes.device.type == "cpu" and recipe.training.cpu_threads:
+        torch.set_num_threads(recipe.training.cpu_threads)  # CPU float sums depend on the thread count
     try:
         check_inputs(recipe, output, data_dir, model_dir)
         if processes.main:

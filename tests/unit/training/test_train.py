@@ -76,7 +76,7 @@ def nfcorpus_triples(tmp_path_factory, data_dir: Path) -> Path:
 
 def test_shipped_recipes_validate() -> None:
     tiny = load_recipe(RECIPES / "splade_tiny_nfcorpus.yaml")
-    assert tiny.data["format"] == "beir" and tiny.loss["ranking"] == "infonce"
+    assert tiny.data.format == "beir" and tiny.loss.ranking == "infonce"
     for init in ("topology", "random"):  # regressions/vt_leaveout_splade_tiny_ft.yaml compares them
         leaveout = load_recipe(f"vt_leaveout_{init}_nfcorpus")
         assert leaveout.stages[0].options.to_dict()["leaveout"] == {"fraction": 0.1, "seed": 0}
@@ -85,11 +85,11 @@ def test_shipped_recipes_validate() -> None:
             tiny.model, tiny.data, tiny.loss, tiny.training)  # trained exactly like splade-tiny
     paper = load_recipe("modernbert_vt")
     assert [stage.name for stage in paper.stages] == ["transfer", "mlm", "calibrate"]
-    assert paper.loss["ranking"] == "margin_mse" and paper.data["format"] == "msmarco"
+    assert paper.loss.ranking == "margin_mse" and paper.data.format == "msmarco"
     assert paper.stages[1].options.to_dict()["steps"] == 20_000 and paper.stages[2].options.to_dict()["cut_percent"] == 60
     assert [stage.options.to_dict()["preset"] for stage in paper.stages] == ["authors"] * 3
     own = load_recipe("modernbert_vt_vtrepro")
-    assert [stage.options.to_dict()["preset"] for stage in own.stages] == ["vtrepro"] * 3 and own.loss["lambda_q"] == 0.5
+    assert [stage.options.to_dict()["preset"] for stage in own.stages] == ["vtrepro"] * 3 and own.loss.lambda_q == 0.5
 
 
 @pytest.mark.parametrize("recipe", sorted(path.stem for path in RECIPES.glob("*.yaml")))
@@ -107,7 +107,7 @@ def test_paper_conditions_share_the_authors_training_values() -> None:
         recipe = load_recipe(name)
         assert (recipe.data, recipe.training) == (paper.data, paper.training), name
         assert recipe.stages in ((), paper.stages), name
-    assert load_recipe("modernbert_vt_idf").loss == {**paper.loss, "lambda_q": 0.0}
+    assert load_recipe("modernbert_vt_idf").loss == paper.loss.replace(lambda_q=0.0)
 
 
 def test_paper_recipe_dry_run_prints_plan_and_cost(capsys, monkeypatch) -> None:
