@@ -228,7 +228,7 @@ class ConditionRunner:
         stats = build_bm25_index(documents, artifacts / "index", threads=1)
         index_seconds, timing = time.perf_counter() - began, SearchTiming()
         run = search_bm25(artifacts / "index", queries, self.spec.k, self.threads,
-                          k1=self.condition.bm25["k1"], b=self.condition.bm25["b"], timing=timing)
+                          k1=self.condition.bm25.k1, b=self.condition.bm25.b, timing=timing)
         return run, stats, measure(artifacts / "index", index_seconds, timing)
 
     def _encode_with_torchrun(self, dataset_folder: Path, artifacts: Path) -> None:

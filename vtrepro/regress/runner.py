@@ -102,7 +102,7 @@ def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], cont
     problems: dict[str, str] = {}
     for condition, dataset in selected:
         if condition.retrieval == "bm25":
-            what = f"BM25 k1={condition.bm25['k1']} b={condition.bm25['b']}"
+            what = f"BM25 k1={condition.bm25.k1} b={condition.bm25.b}"
         elif dataset.encoded:
             what = f"encoded vectors {dataset.encoded.corpus} and {dataset.encoded.queries}"
         elif condition.train:
