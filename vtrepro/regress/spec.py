@@ -22,7 +22,7 @@ from vtrepro.core.io import atomic_write, unsafe_character
 from vtrepro.core.options import Options, option
 from vtrepro.core.schema import Checker, Field, read_yaml, round_trip_yaml
 from vtrepro.core.shipped import SHIPPED_DIR, find_shipped
-from vtrepro.data.beir import DATASET_NAME
+from vtrepro.data.beir import DATASET_NAME, TEST_SPLIT
 from vtrepro.encode.vectors import Quantization
 from vtrepro.evaluate.trec import DEFAULT_METRICS, parse_metric
 from vtrepro.model.loading import model_name_problem
@@ -64,7 +64,7 @@ class Tolerance(Options):
 class SpecDefaults(Options):
     """A spec's ``defaults:`` block (beside ``metrics``, a list read by :func:`_load_metrics`)."""
 
-    split: str = option(Field(str, "test"))
+    split: str = option(Field(str, TEST_SPLIT))
     k: int = option(SearchOptions.schema()["k"])
     tolerance: Tolerance = option(Field("mapping", Tolerance()), nested=Tolerance)
 
