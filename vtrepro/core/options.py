@@ -8,7 +8,7 @@ One declaration gives an option its type, default, bounds, choices and help, and
 - a subprocess's command line (:meth:`Options.to_argv`, which :meth:`Options.from_args` reads back),
 - Python (the constructor, which checks every value against its field, so an object that exists is valid).
 
-Example::
+Example (:class:`vtrepro.encode.shards.ShardOptions`)::
 
     @dataclass(frozen=True)
     class ShardOptions(Options):
