@@ -141,11 +141,11 @@ class Condition:
     encoder: EncoderOptions = EncoderOptions()
     quantization: Quantization = Quantization()
     reference_source: str | None = None
-    reference_tolerance: float = 0.0
+    reference_tolerance: float = ConditionOptions.reference_tolerance
     reference_average: dict[str, float] = field(default_factory=dict)
     description: str = ""
     train: str | None = None  # training recipe (file or name in regressions/recipes/) whose final model is used
-    query_encoder: str = "splade"  # "splade" (SPLADE queries) or "idf" (inference-free: idf.json beside the model)
+    query_encoder: str = ConditionOptions.query_encoder  # "splade" (SPLADE queries) or "idf" (idf.json beside the model)
     stages: tuple[Stage, ...] = ()  # from the 'transfer' and 'calibrate' blocks, applied to ``model`` in order
     tolerance: Tolerance = Tolerance()
     published: PublishedSystem | None = None  # the published system its references come from

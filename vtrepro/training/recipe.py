@@ -172,12 +172,12 @@ class Recipe:
     data: DataOptions
     loss: LossOptions
     training: TrainingOptions
-    description: str = ""
-    trust_remote_code: bool = False
-    query_encoder: str = "splade"
-    idf_corpus: str | None = None
-    stages: tuple[Stage, ...] = ()
-    activation: str = "log1p"
+    description: str
+    trust_remote_code: bool
+    query_encoder: str
+    idf_corpus: str | None
+    stages: tuple[Stage, ...]
+    activation: str
 
     def fingerprint(self) -> str:
         """SHA-256 of every setting that shapes the trained weights."""
