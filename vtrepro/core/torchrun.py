@@ -8,8 +8,9 @@ It differs from the ``torchrun`` command in reading and reporting only:
 - torchrun's parser never sees the command's arguments: it would take one that begins one of its own
   options as that option (``evaluate --run`` is ambiguous with ``--run-path``, and stops the job);
 - a failed process ends the job with that process's exit status (2 for bad input) after its own
-  ``error:`` line, without torchrun's traceback and failure report; torchrun's own log lines (the
-  ``OMP_NUM_THREADS`` notice, the processes it stops) are shown only with the command's ``--verbose``.
+  ``error:`` line, without torchrun's traceback and failure report, and a job stopped by a signal
+  (Ctrl-C, SIGTERM) with 128 + its number, the processes having written theirs; torchrun's own log lines
+  (the ``OMP_NUM_THREADS`` notice, the processes it stops) are shown only with the command's ``--verbose``.
 """
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``argv[1:]`` (a command and its arguments) in ``argv[0]`` processes; the first failure's exit
-    status (1 for a process ended by a signal), or 0."""
+    status (1 for a process ended by a signal), 128 + the signal that stopped the job, or 0."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
 
@@ -35,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     except ChildFailedError as error:
         status = error.get_first_failure()[1].exitcode
         return status if status > 0 else 1
+    except SignalException as error:
+        return 128 + int(error.sigval)
     return 0
 
 
