@@ -1,6 +1,6 @@
 """Encode a corpus (and its queries) into quantized Pyserini JSON vectors.
 
-``python -m vtrepro.encode --model M --dataset scifact --output DIR`` writes::
+``python -m vtrepro encode --model M --dataset scifact --output DIR`` writes::
 
     DIR/manifest.json          settings, shards with checksums, document and impact totals
     DIR/vectors/part-NNNNN.jsonl   JsonVectorCollection shards: {"id", "contents", "vector"}
@@ -8,7 +8,7 @@
 
 Shards are written atomically, each with a receipt, and merged into the manifest when all are done;
 rerunning the same command after an interruption encodes only the unfinished shards. Under
-``torchrun --nproc_per_node N -m vtrepro.encode ...`` each process encodes every N-th shard (on its
+``torchrun --nproc-per-node N -m vtrepro encode ...`` each process encodes every N-th shard (on its
 own GPU when there is one) and rank 0 merges them: the vectors, fingerprint and index are those of a
 one-process run, since a document's vector does not depend on the process that encodes it. The
 output folder, corpus and queries are checked before the model is loaded; documents and queries
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from vtrepro.core.cli import add_data_dir, add_model, add_model_dir, cli_entry, command_parser
+from vtrepro.core.cli import add_data_dir, add_model, add_model_dir, add_trust_remote_code, cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output
 from vtrepro.core.processes import ProcessGroup, local_gpu, world_size
@@ -167,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     ShardOptions.add_arguments(parser)
     parser.add_argument("--device", help="cpu, cuda or cuda:N (default: CUDA when present; under torchrun, "
                                          "each process its LOCAL_RANK's GPU)")
+    add_trust_remote_code(parser)
     return parser
 
 
@@ -192,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         documents = read_corpus(args.corpus)
         queries = read_queries(args.queries) if args.queries else {}
     part, device = _start_processes(args.device)
-    encoder = SpladeEncoder(args.model, EncoderOptions.from_args(args), model_dir=args.model_dir, device=device)
+    encoder = SpladeEncoder(args.model, EncoderOptions.from_args(args), model_dir=args.model_dir, device=device,
+                            trust_remote_code=args.trust_remote_code)
     manifest = encode_corpus(encoder, documents, args.output, quantization, ShardOptions.from_args(args).shard_size,
                              part=part)
     part.close()

@@ -22,6 +22,7 @@ import helpers
 from helpers import REPO_ROOT, write_recipe
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import read_jsonl
+from vtrepro.core.launch import Job, command_line
 from vtrepro.training.data import (
     PairTrainingSet,
     TriplesTrainingSet,
@@ -326,9 +327,9 @@ def _train_command(config: Path, output: Path) -> list[str]:
 def test_two_processes_follow_the_single_process_trajectory(tmp_path, splade_tiny, nfcorpus_triples) -> None:
     config = write_recipe(tmp_path / "ddp.yaml", tiny_recipe(splade_tiny, nfcorpus_triples, dropout=0.0))
     subprocess.run(_train_command(config, tmp_path / "one"), check=True, cwd=REPO, capture_output=True, timeout=300)
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    subprocess.run([*torchrun, *_train_command(config, tmp_path / "two")[1:]], check=True, cwd=REPO,
-                   capture_output=True, timeout=300)
+    two = Job("train", ("--recipe", str(config), "--output", str(tmp_path / "two")))
+    subprocess.run(command_line(two, mode="torchrun", processes=2), check=True, cwd=REPO, capture_output=True,
+                   timeout=300)
     single, double = losses_of(tmp_path / "one"), losses_of(tmp_path / "two")
     assert len(single) == len(double) == 6 and len(set(single)) == 6
     assert double == pytest.approx(single, rel=1e-4)
