@@ -4,27 +4,26 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from vtrepro.core.launch import Job, Shared, command_line
 from vtrepro.encode.fingerprint import fingerprint_folder
 from vtrepro.index.lucene import build_impact_index
+from vtrepro.model.options import EncoderOptions
 
 pytestmark = pytest.mark.slow
 DOCUMENTS, SHARD = 240, 40  # 6 shards of whole sort windows: each process encodes its own windows
 
 
 def _encode_command(corpus: Path, output: Path, models_dir: Path, processes: int) -> list[str]:
-    options = ["--model", "splade-tiny", "--model-dir", str(models_dir), "--corpus", str(corpus),
-               "--output", str(output), "--shard-size", str(SHARD), "--sort-window", str(SHARD), "--batch-size", "8",
-               "--max-length-doc", "128"]
-    if processes == 1:
-        return [sys.executable, "-m", "vtrepro", "encode", *options]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
-            "-m", "vtrepro", "encode", *options]
+    """The command line regress launches (:func:`vtrepro.core.launch.command_line`): one process, or torchrun."""
+    options = EncoderOptions(max_length_doc=128, batch_size=8, sort_window=SHARD)
+    job = Job("encode", ("--model", "splade-tiny", "--corpus", str(corpus), "--output", str(output),
+                         "--shard-size", str(SHARD)), (options,))
+    return command_line(job, Shared(model_dir=models_dir), "torchrun" if processes > 1 else "subprocess", processes)
 
 
 def _environment() -> dict[str, str]:

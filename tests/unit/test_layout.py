@@ -1,8 +1,12 @@
-"""The package's shape: no import circle, imports point down the pipeline, no oversized module.
+"""The package's shape, read from the source (``ast``), not by importing: no import circle, imports point
+down the pipeline, no oversized module, no literal default where an option is declared.
 
-The import graph is read from the source (``ast``), not by importing: every ``import vtrepro...`` and
-``from vtrepro... import ...``, at module level or inside a function (a deferred import still ties
-the two modules together).
+The import graph holds every ``import vtrepro...`` and ``from vtrepro... import ...``, at module level or
+inside a function (a deferred import still ties the two modules together), and the imports made by name:
+``importlib.import_module("vtrepro.a.b")``, and in a module that imports from a table of names (the command
+table of ``vtrepro/__main__.py``, the public API of ``vtrepro/__init__.py``), every module its strings name.
+Every module is checked, the benchmarks and the top-level modules included. This test is the layout check:
+there is no separate tool for it (``farm-studio look``, which issue 32 names, is neither on PyPI nor here).
 """
 from __future__ import annotations
 
@@ -12,8 +16,12 @@ from pathlib import Path
 from helpers import REPO_ROOT
 
 PACKAGE_ROOT = REPO_ROOT / "vtrepro"
-LAYERS = ("core", "data", "model", "vocabulary", "encode", "index", "search", "evaluate", "training", "report", "regress")
-"""The subpackages from the bottom up: a module may import its own layer and those below it."""
+LAYERS = ("core", "data", "model", "vocabulary", "encode", "index", "search", "evaluate", "training", "report", "regress",
+          "bench")
+"""The subpackages from the bottom up: a module may import its own layer and those below it. Above them all is
+the entry point: the top-level modules (``vtrepro`` itself, the public API; ``vtrepro.__main__``, the command
+table; any other ``vtrepro/<name>.py``), which nothing in a layer may import."""
+ENTRY_POINT = len(LAYERS)
 MAX_MODULE_LINES = 600
 
 
@@ -27,12 +35,18 @@ def package_modules() -> dict[str, Path]:
     return {module_name(path): path for path in sorted(PACKAGE_ROOT.rglob("*.py"))}
 
 
+def parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
 def imported_modules(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
     """The vtrepro modules ``path`` (module ``name``) imports: ``from a.b import c`` counts as ``a.b.c``
-    when that is a module, else as ``a.b``; relative imports are resolved against ``name``."""
+    when that is a module, else as ``a.b``; relative imports are resolved against ``name``; imports by
+    name as :func:`imports_by_name` finds them."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+    tree = parse(path)
+    found: set[str] = imports_by_name(tree, modules)
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -43,6 +57,35 @@ def imported_modules(path: Path, name: str, modules: dict[str, Path]) -> set[str
             for alias in node.names:
                 found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
     return {module for module in found if module in modules and module != name}
+
+
+def imports_by_name(tree: ast.Module, modules: dict[str, Path]) -> set[str]:
+    """The modules imported through ``importlib.import_module``: a literal name is that module; a name taken
+    from a table (any other argument) makes every module the module's strings name an import: a word
+    ``vtrepro.a.b``, or, where the module writes names as ``f"vtrepro.{...}"``, a word ``a.b`` or a subpackage's
+    name (docstrings are not read)."""
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and _called(node) == "import_module"]
+    found = {call.args[0].value for call in calls
+             if call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)}
+    if not any(call.args and not isinstance(call.args[0], ast.Constant) for call in calls):
+        return found
+    prefixed = any(isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant)
+                   and node.values[0].value == "vtrepro." for node in ast.walk(tree))
+    docstrings = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            for word in node.value.split():
+                if word.startswith("vtrepro."):
+                    found.add(word)
+                elif prefixed and ("." in word or modules.get(f"vtrepro.{word}", Path()).name == "__init__.py"):
+                    found.add(f"vtrepro.{word}")
+    return found
+
+
+def _called(call: ast.Call) -> str | None:
+    """The name a call calls: ``f(...)`` and ``a.b.f(...)`` both give ``f``."""
+    function = call.func
+    return function.id if isinstance(function, ast.Name) else function.attr if isinstance(function, ast.Attribute) else None
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -85,54 +128,69 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def layer(module: str) -> int | None:
-    """The layer of ``vtrepro.<layer>...``; None for top-level modules (``vtrepro/__main__.py``,
-    ``vtrepro/spellings.py``, ``vtrepro/bench*``), which may import anything."""
+def layer(module: str) -> int:
+    """The layer of ``vtrepro.<layer>...``; :data:`ENTRY_POINT` for the top-level modules."""
     parts = module.split(".")
-    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else ENTRY_POINT
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
-    """Every import of a higher layer, as ``importer -> imported``."""
-    upward = []
-    for module, targets in sorted(graph.items()):
-        own = layer(module)
-        if own is None:
-            continue
-        upward += [f"{module} -> {target}" for target in sorted(targets)
-                   if (target_layer := layer(target)) is not None and target_layer > own]
-    return upward
+    """Every import of a higher layer (the entry point included), as ``importer -> imported``."""
+    return [f"{module} -> {target}" for module, targets in sorted(graph.items()) for target in sorted(targets)
+            if layer(target) > layer(module)]
 
 
 def test_the_package_has_no_import_circle():
-    assert cycles(import_graph()) == []
+    found = cycles(import_graph())
+    assert found == [], "import circles:\n" + "\n".join(" <-> ".join(circle) for circle in found)
 
 
 def test_imports_point_down_the_pipeline():
-    assert upward_imports(import_graph()) == []
+    found = upward_imports(import_graph())
+    assert found == [], "imports of a higher layer:\n" + "\n".join(found)
 
 
 def test_every_subpackage_has_a_layer():
-    """A new subpackage must be placed in :data:`LAYERS` (only the benchmarks may import anything)."""
+    """A new subpackage must be placed in :data:`LAYERS`: every one has a place, the benchmarks included."""
     subpackages = {path.parent.name for path in PACKAGE_ROOT.glob("*/__init__.py")}
-    assert subpackages - {"bench"} <= set(LAYERS)
+    assert subpackages <= set(LAYERS), f"subpackages without a layer: {sorted(subpackages - set(LAYERS))}"
 
 
 def test_no_module_is_over_the_line_limit():
     long = {name: count for name, path in package_modules().items()
             if (count := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
-    assert long == {}
+    assert long == {}, f"modules over {MAX_MODULE_LINES} lines: {long}"
 
 
-def test_the_graph_reader_sees_deferred_and_relative_imports(tmp_path):
-    """The checks above are only as good as the reader: a function-level import and a relative one count."""
+def test_the_graph_reader_sees_deferred_relative_and_named_imports(tmp_path):
+    """The checks above are only as good as the reader: a function-level import, a relative one and imports by
+    name (a literal, a table of names) count; a docstring naming a module does not."""
     source = tmp_path / "probe.py"
-    source.write_text("def late():\n    from vtrepro.search import pisa\n\nfrom ..core import errors\nimport vtrepro.core.io\n")
+    source.write_text("def late():\n    from vtrepro.search import pisa\n\nfrom ..core import errors\nimport vtrepro.core.io\n"
+                      "importlib.import_module('vtrepro.regress.spec')\n")
     modules = package_modules()
     found = imported_modules(source, "vtrepro.index.probe", modules)
-    assert found == {"vtrepro.search.pisa", "vtrepro.core.errors", "vtrepro.core.io"}
+    assert found == {"vtrepro.search.pisa", "vtrepro.core.errors", "vtrepro.core.io", "vtrepro.regress.spec"}
     assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
-    assert upward_imports({"vtrepro.index.probe": found}) == ["vtrepro.index.probe -> vtrepro.search.pisa"]
+    assert upward_imports({"vtrepro.index.probe": found}) == ["vtrepro.index.probe -> vtrepro.regress.spec",
+                                                               "vtrepro.index.probe -> vtrepro.search.pisa"]
+    table = tmp_path / "table.py"
+    table.write_text('"""vtrepro.regress.runner in a docstring."""\nimport importlib\n'
+                     'TABLE = """\nencode  encode.writer  encode a corpus\nbench  bench  benchmarks\n"""\n'
+                     'API = {"load_spec": "vtrepro.regress.spec"}\n'
+                     'def run(name):\n    return importlib.import_module(f"vtrepro.{name}")\n')
+    assert imported_modules(table, "vtrepro.table", modules) == {
+        "vtrepro.encode", "vtrepro.encode.writer", "vtrepro.bench", "vtrepro.regress.spec"}
+    assert upward_imports({"vtrepro.bench.probe": {"vtrepro.__main__"}, "vtrepro.__main__": {"vtrepro.bench"}}) == [
+        "vtrepro.bench.probe -> vtrepro.__main__"]
+
+
+def test_the_command_table_and_the_api_are_read_as_imports():
+    """``vtrepro/__main__.py`` imports every command's module by name, ``vtrepro/__init__.py`` every public name's."""
+    graph = import_graph()
+    assert {"vtrepro.search.command", "vtrepro.regress.runner", "vtrepro.training.train"} <= graph["vtrepro.__main__"]
+    assert {"vtrepro.data.beir", "vtrepro.regress.spec"} <= graph["vtrepro"]
+    assert "vtrepro.regress.model_export" in graph["vtrepro.regress.export"]
 
 
 MAX_PARAMETERS = 8
@@ -179,9 +237,113 @@ def _writes_stderr(path: Path) -> bool:
     return False
 
 
-def test_the_encoder_length_default_is_declared_once():
-    """The document length default (512 tokens) lives in ``EncoderOptions`` alone; everything else reads it."""
-    declarations = [f"{name}:{number}" for name, path in package_modules().items()
-                    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-                    if "512" in line and ("max_length" in line or "max-length" in line)]
-    assert len(declarations) == 1 and declarations[0].startswith("vtrepro.model.options:"), declarations
+THREADS_CHANGE = {"threads"}
+"""Option names whose literal defaults issue 32 replaces in a change of its own (``threads=1`` becomes
+:data:`vtrepro.core.cli.DEFAULT_THREADS`, every core); remove a name once that change has landed."""
+
+
+def option_declarations() -> dict[str, list[str]]:
+    """Every option name declared in the package -> where: the fields of ``Options`` classes (declared with
+    ``option(Field(...))``) and the keys of the mappings of ``Field(...)`` that schemas still read."""
+    declared: dict[str, list[str]] = {}
+    for name, path in package_modules().items():
+        for node in ast.walk(parse(path)):
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                            and isinstance(item.value, ast.Call) and _called(item.value) == "option"):
+                        declared.setdefault(item.target.id, []).append(f"{name}.{node.name}")
+            elif isinstance(node, ast.Dict):
+                for key, value in zip(node.keys, node.values):
+                    if (isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(value, ast.Call)
+                            and _called(value) == "Field"):
+                        declared.setdefault(key.value, []).append(f"{name}:{key.lineno}")
+    return declared
+
+
+def _literal(node: ast.expr) -> bool:
+    """A number or a string written out (``1000``, ``-1``, ``"test"``), not a name that refers to a declaration."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str)) and not isinstance(node.value, bool)
+
+
+def parameter_defaults(tree: ast.Module) -> list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, ast.arg, ast.expr]]:
+    """Every (function, parameter, default) of the functions in ``tree``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            positional = [*node.args.posonlyargs, *node.args.args]
+            pairs = [*zip(positional[len(positional) - len(node.args.defaults):], node.args.defaults),
+                     *((argument, default) for argument, default in zip(node.args.kwonlyargs, node.args.kw_defaults)
+                       if default is not None)]
+            found += [(node, argument, default) for argument, default in pairs]
+    return found
+
+
+def literal_option_defaults() -> list[str]:
+    """Every function parameter named as an option whose default is written out instead of read from the
+    option's declaration (``k: int = 1000`` rather than ``k: int = SearchOptions.k``)."""
+    declared = option_declarations()
+    return [f"{name}:{default.lineno} {function.name}({argument.arg}={ast.unparse(default)}): "
+            f"declared in {', '.join(declared[argument.arg])}"
+            for name, path in package_modules().items()
+            for function, argument, default in parameter_defaults(parse(path))
+            if argument.arg in declared and argument.arg not in THREADS_CHANGE and _literal(default)]
+
+
+def test_no_signature_writes_out_an_option_default():
+    found = literal_option_defaults()
+    assert found == [], "literal defaults where an option is declared (use the declaration):\n" + "\n".join(found)
+
+
+def test_the_option_default_check_finds_a_literal(tmp_path):
+    """The check sees a written-out default of a declared option, and only that."""
+    source = tmp_path / "probe.py"
+    source.write_text("def search(queries, k: int = 1000, depth=SearchOptions.k, *, seed=-1, show=True, other=3): ...\n")
+    declared = option_declarations()
+    found = [f"{argument.arg}={ast.unparse(default)}" for _, argument, default in parameter_defaults(parse(source))
+             if argument.arg in declared and _literal(default)]
+    assert found == ["k=1000", "seed=-1"]
+
+
+def length_defaults() -> list[str]:
+    """Every default tokens-per-text written out as a number: in an option's declaration (``option(Field(int,
+    512, ...))``), a schema's ``Field``, a signature or a dataclass field, for any name ``max_length*``."""
+    found = []
+    for name, path in package_modules().items():
+        tree = parse(path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                            and item.target.id.startswith("max_length") and item.value is not None):
+                        continue
+                    field = item.value.args[0] if isinstance(item.value, ast.Call) and item.value.args else None
+                    default = (field.args[1] if isinstance(field, ast.Call) and _called(field) == "Field"
+                               and len(field.args) > 1 else item.value)
+                    if _literal(default):
+                        kind = "option" if _called(item.value) == "option" else "field"
+                        found.append(f"{kind} {name}.{node.name}.{item.target.id} = {ast.unparse(default)}")
+            elif isinstance(node, ast.Dict):
+                found += [f"schema {name}:{key.lineno} {key.value} = {ast.unparse(value.args[1])}"
+                          for key, value in zip(node.keys, node.values)
+                          if isinstance(key, ast.Constant) and str(key.value).startswith("max_length")
+                          and isinstance(value, ast.Call) and len(value.args) > 1 and _literal(value.args[1])]
+        found += [f"signature {name}:{default.lineno} {function.name}({argument.arg}={ast.unparse(default)})"
+                  for function, argument, default in parameter_defaults(tree)
+                  if argument.arg.startswith("max_length") and _literal(default)]
+    return sorted(found)
+
+
+def test_every_default_length_is_declared_once():
+    """Each default length is one option's declaration: the encoder's document and query lengths
+    (``EncoderOptions``: encode, specs, calibrate, the IDF query encoder), a recipe's training lengths
+    (``TrainingOptions``) and MLM's block length (``MlmOptions``); everything else reads them."""
+    assert length_defaults() == [
+        "option vtrepro.model.options.EncoderOptions.max_length_doc = 512",
+        "option vtrepro.model.options.EncoderOptions.max_length_query = 64",
+        "option vtrepro.training.mlm.MlmOptions.max_length = 128",
+        "option vtrepro.training.recipe.TrainingOptions.max_length_doc = 256",
+        "option vtrepro.training.recipe.TrainingOptions.max_length_query = 32",
+    ], "\n".join(length_defaults())

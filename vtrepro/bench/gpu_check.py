@@ -6,7 +6,7 @@ one GPU, the figures docs/scale.md waits for, as rows of its tables.
 2. **bfloat16 agreement**: the GPU's bfloat16 vectors (and its float32 ones) against CPU float32 vectors of the
    same documents: the share of active terms both keep (Jaccard) and the impact differences at scale 100,
    the figures that revise the bfloat16 tolerance (docs/regression-specs.md, Half precision).
-3. **torchrun encode**: ``torchrun --standalone --nproc_per_node P -m vtrepro encode`` (P: the GPUs, at most 2;
+3. **torchrun encode**: ``torchrun --standalone --nproc-per-node P -m vtrepro encode`` (P: the GPUs, at most 2;
    1 with ``--cpu``) against one process: the same fingerprint. One GPU gives a one-process job, which forms
    no process group (nccl refuses two ranks on one GPU), so a collective over nccl on every GPU
    (:mod:`vtrepro.bench.collective`) is checked on its own.
@@ -33,6 +33,7 @@ from vtrepro.bench.paper_smoke import CPU_SMOKE, GPU_SMOKE, SmokeSize, run_smoke
 from vtrepro.core.cli import add_data_dir, add_model_dir, cli_entry, command_parser
 from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK
 from vtrepro.core.io import atomic_write, check_output
+from vtrepro.core.launch import Job, Mode, command_line
 
 
 @dataclass(frozen=True)
@@ -175,12 +176,12 @@ def torchrun_encode(check: Check, figures: Figures) -> None:
     options = ["--model", str(check.model), "--corpus", str(corpus), "--shard-size", str(size.shard_size),
                "--sort-window", str(size.shard_size), "--batch-size", str(size.batch_size),
                "--max-length-doc", str(size.max_length_doc), "--device", size.device]
-    launchers = {"one": [], "torchrun": ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]}
+    modes: dict[str, Mode] = {"one": "subprocess", "torchrun": "torchrun"}
     timings = {}
-    for name, launcher in launchers.items():
+    for name, mode in modes.items():
         started = time.perf_counter()
-        check.run(f"encode-{name}", [*launcher, "-m", "vtrepro", "encode", *options,
-                                     "--output", str(check.work / f"encode-{name}")])
+        job = Job("encode", (*options, "--output", str(check.work / f"encode-{name}")))
+        check.run(f"encode-{name}", command_line(job, mode=mode, processes=processes)[1:])  # after this Python
         timings[name] = time.perf_counter() - started
     one, many = (json.loads((check.work / f"encode-{name}" / "manifest.json").read_text(encoding="utf-8"))
                  for name in ("one", "torchrun"))

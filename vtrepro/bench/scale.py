@@ -29,13 +29,15 @@ from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
 from vtrepro.core.io import atomic_write
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import read_query_vectors, read_vectors, vector_files
+from vtrepro.search.runs import ENGINES
 
 SHARD_DOCUMENTS = 100_000
 """Documents per synthetic vector file (as ``encode`` writes shards)."""
 BLOCK_DOCUMENTS = 10_000
 """Documents drawn at once: bounds the generator's memory whatever the collection's size."""
 KS = (10, 1000)
-ENGINES = ("lucene", "pisa")
+COLLECTION_SEED = 0
+"""Seed of the synthetic collection's documents."""
 RESULTS_NAME = "scale.json"
 WARMUP_QUERIES = 50
 """Queries searched once, untimed, before the timed search: enough for the JIT and the first page-cache reads,
@@ -86,7 +88,7 @@ def fit_statistics(vectors_dir: Path) -> CollectionStatistics:
                                 np.asarray(lengths), values, np.asarray([impacts[value] for value in values.tolist()]))
 
 
-def write_collection(statistics: CollectionStatistics, documents: int, folder: Path, seed: int = 0) -> int:
+def write_collection(statistics: CollectionStatistics, documents: int, folder: Path, seed: int = COLLECTION_SEED) -> int:
     """Write ``documents`` synthetic vectors (JsonVectorCollection shards) into ``folder``; returns bytes written.
 
     Each document draws its length from the observed lengths, that many distinct terms with probability

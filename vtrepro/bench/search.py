@@ -23,9 +23,7 @@ from vtrepro.encode.reader import read_query_vectors, vector_files
 from vtrepro.index.lucene import build_impact_index, index_stats, is_lucene_index
 from vtrepro.search.lucene import search_impact
 from vtrepro.search.pisa import bindings_seconds_per_query, ensure_pisa_index, search_pisa
-from vtrepro.search.runs import Run, SearchTiming
-
-ENGINES = ("lucene", "pisa")
+from vtrepro.search.runs import ENGINES, Run, SearchTiming
 
 
 @dataclass

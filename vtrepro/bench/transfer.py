@@ -23,6 +23,8 @@ from vtrepro.vocabulary.transfer import TransferOptions, transfer_vocabulary
 
 SECONDS_LIMIT = 60.0
 RSS_LIMIT_GB = 4.0
+TOKENIZER_SEED = 0
+"""Seed of the synthetic vocabularies and of the reference embeddings."""
 BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 BPE_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 
@@ -81,7 +83,7 @@ def peak_rss_gb() -> float:
 
 
 def bench_transfer(
-    source_size: int = 50_000, target_size: int = 30_000, dim: int = 768, overlap: float = 0.6, seed: int = 0
+    source_size: int = 50_000, target_size: int = 30_000, dim: int = 768, overlap: float = 0.6, seed: int = TOKENIZER_SEED
 ) -> dict[str, Any]:
     """Time one topology transfer (untied decoder, bias transferred like the rows) and report peak RSS."""
     started = time.perf_counter()

@@ -8,7 +8,7 @@ One declaration gives an option its type, default, bounds, choices and help, and
 - a subprocess's command line (:meth:`Options.to_argv`, which :meth:`Options.from_args` reads back),
 - Python (the constructor, which checks every value against its field, so an object that exists is valid).
 
-Example::
+Example (:class:`vtrepro.encode.shards.ShardOptions`)::
 
     @dataclass(frozen=True)
     class ShardOptions(Options):
@@ -21,7 +21,8 @@ Example::
 Old spellings stay readable: a subclass maps them in ``RENAMED`` (key -> new key) and ``RENAMED_VALUES``
 (key -> {old value: new value}); reading one logs a one-line deprecation notice naming the file and line.
 Other spellings that stay valid (another project's name for the same option, e.g. the authors'
-``flops_threshold`` for ``doc_active_threshold``) are read by :func:`accept_aliases`, without a notice.
+``flops_threshold`` for ``doc_active_threshold``) are mapped in ``ALIASES`` and ``VALUE_ALIASES`` and read
+by :func:`accept_aliases`, without a notice.
 
 A block within the block is a field declared with ``option(Field("mapping", ...), nested=OtherOptions)``;
 a rule between options (one of two keys, not both) is a subclass's :meth:`Options.conflict`, refused on
@@ -76,6 +77,10 @@ class Options:
     """Old key -> its current name, read with a deprecation notice."""
     RENAMED_VALUES: ClassVar[Mapping[str, Mapping[str, str]]] = {}
     """Key -> {old value: current value}, read with a deprecation notice."""
+    ALIASES: ClassVar[Mapping[str, str]] = {}
+    """Another valid spelling of a key -> its name here, read silently (:func:`accept_aliases`)."""
+    VALUE_ALIASES: ClassVar[Mapping[str, Mapping[str, str]]] = {}
+    """Key -> {another valid spelling of a value: the value here}, read silently."""
 
     def __post_init__(self) -> None:
         for name, nested in self.nested().items():
@@ -118,6 +123,7 @@ class Options:
         are checked against their fields and returned apart: (the options, extra key -> value)."""
         node = parent if key is None else parent.get(key)
         if node is not None and hasattr(node, "items"):
+            accept_aliases(check, node, where, cls.ALIASES, cls.VALUE_ALIASES)
             modernize(check, node, where, cls.RENAMED, cls.RENAMED_VALUES)
         values = check.read(parent, key, {**extra, **cls.schema()}, where, fill=False)
         extras = {name: values.pop(name) for name in extra if name in values}

@@ -3,8 +3,8 @@
 a schema of fields and reports the first problem as one ``file:line: ...`` error.
 
 The modules that own options declare them as fields of :class:`vtrepro.core.options.Options` classes
-(``vocabulary.transfer.TransferOptions``, ``vocabulary.calibrate.CalibrationOptions``,
-``training.mlm.MlmOptions``); specs, recipes and the command-line parsers are all read from them.
+(``vocabulary.transfer.TransferOptions``, ``training.recipe.TrainingOptions``, ``regress.spec.SpecDefaults``,
+``search.runs.SearchOptions``...); specs, recipes and the command-line parsers are all read from them.
 """
 from __future__ import annotations
 

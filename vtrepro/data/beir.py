@@ -80,6 +80,8 @@ DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-
 """A dataset name, never a path: ``scifact``, or ``<group>/<name>`` like ``cqadupstack/android``; no ``..``,
 no leading ``/`` or ``~``, so a name stays under the data root and the output folder it names."""
 SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+TEST_SPLIT = "test"
+"""The split evaluated by default (a spec's ``defaults.split``, every BEIR dataset's qrels/test.tsv)."""
 QRELS_HEADER = "query-id\tcorpus-id\tscore"
 """BEIR's qrels header: only this exact first line (a ``\\r\\n`` ending allowed) is skipped; TREC qrels have none."""
 MIN_RELEVANCE, MAX_RELEVANCE = -(2**31), 1000
@@ -115,7 +117,7 @@ class BeirDataset:
         """All documents in file order; a repeated ``_id`` is an error."""
         return read_corpus(self._data_file("corpus"))
 
-    def queries(self, split: str = "test") -> dict[str, str]:
+    def queries(self, split: str = TEST_SPLIT) -> dict[str, str]:
         """Texts of the queries named in ``qrels/<split>.tsv``, in queries-file order."""
         qrels_path = self._qrels_file(split)
         wanted: dict[str, int] = {}
@@ -131,7 +133,7 @@ class BeirDataset:
             )
         return queries
 
-    def qrels(self, split: str = "test") -> dict[str, dict[str, int]]:
+    def qrels(self, split: str = TEST_SPLIT) -> dict[str, dict[str, int]]:
         """``{query_id: {doc_id: score}}`` from ``qrels/<split>.tsv``; a repeated pair keeps the last score."""
         return read_qrels(self._qrels_file(split))
 

@@ -11,18 +11,33 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import sha256_file, write_json, write_jsonl
+from vtrepro.core.options import Options, option
 from vtrepro.core.progress import Progress
+from vtrepro.core.schema import Field
 from vtrepro.encode.fingerprint import fingerprint_folder
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.manifest import manifest_shards, settings_digest, write_manifest
 from vtrepro.encode.vectors import EMPTY_DOCUMENT_TERM, Quantization, to_impact_vector
 
 logger = logging.getLogger(__name__)
+
+MAX_SHARD_SIZE = 100_000
+"""Most documents per shard: a shard's vectors are held in memory until it is written (50 times the default)."""
+
+
+@dataclass(frozen=True)
+class ShardOptions(Options):
+    """How an encoded corpus is cut into shards: the encode command's ``--shard-size`` and the default of
+    :func:`vtrepro.encode.writer.encode_corpus`. Vectors never depend on it (:class:`AlignedWindows`)."""
+
+    shard_size: int = option(Field(int, 2000, minimum=1, maximum=MAX_SHARD_SIZE,
+                                   help=f"documents per shard, 1 to {MAX_SHARD_SIZE}"))
 
 
 class AlignedWindows:

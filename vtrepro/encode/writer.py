@@ -8,7 +8,7 @@
 
 Shards are written atomically, each with a receipt, and merged into the manifest when all are done;
 rerunning the same command after an interruption encodes only the unfinished shards. Under
-``torchrun --nproc_per_node N -m vtrepro encode ...`` each process encodes every N-th shard (on its
+``torchrun --nproc-per-node N -m vtrepro encode ...`` each process encodes every N-th shard (on its
 own GPU when there is one) and rank 0 merges them: the vectors, fingerprint and index are those of a
 one-process run, since a document's vector does not depend on the process that encodes it. The
 output folder, corpus and queries are checked before the model is loaded; documents and queries
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from vtrepro.core.cli import add_data_dir, add_model, add_model_dir, cli_entry, command_parser, number_in
+from vtrepro.core.cli import add_data_dir, add_model, add_model_dir, add_trust_remote_code, cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output
 from vtrepro.core.processes import ProcessGroup, local_gpu, world_size
@@ -35,6 +35,7 @@ from vtrepro.encode.queries import encode_queries
 from vtrepro.encode.reader import read_vectors, vector_files
 from vtrepro.encode.shards import (
     AlignedWindows,
+    ShardOptions,
     finished_shards,
     merge_receipts,
     shard_names,
@@ -52,17 +53,12 @@ logger = logging.getLogger(__name__)
 # The SPLADE encoder (torch, transformers) is imported where a model is loaded, on purpose: `--help`,
 # argument errors and readers of encoded vectors stay fast.
 
-DEFAULT_SHARD_SIZE = 2000
-MAX_SHARD_SIZE = 100_000
-"""Most documents per shard: a shard's vectors are held in memory until it is written (50 times the default)."""
-
-
 def encode_corpus(
     encoder,
     documents: Sequence,
     out_dir: str | Path,
     quantization: Quantization = Quantization(),
-    shard_size: int = DEFAULT_SHARD_SIZE,
+    shard_size: int = ShardOptions.shard_size,
     show_progress: bool = True,
     replace_other_settings: bool = False,
     part: ProcessGroup = ProcessGroup(),
@@ -113,7 +109,7 @@ def encode_corpus(
 
 
 def encoding_settings(encoder, documents: Sequence, quantization: Quantization = Quantization(),
-                      shard_size: int = DEFAULT_SHARD_SIZE) -> dict[str, Any]:
+                      shard_size: int = ShardOptions.shard_size) -> dict[str, Any]:
     """What makes an encoded folder's vectors, as its manifest records them (in this order: resuming compares
     them, and their digest, as written): the model's weights and vocabulary, the corpus and every setting."""
     options: EncoderOptions = encoder.options
@@ -168,10 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", required=True, type=Path, help="encoded corpus folder")
     EncoderOptions.add_arguments(parser)
     Quantization.add_arguments(parser)
-    parser.add_argument("--shard-size", type=number_in(int, minimum=1, maximum=MAX_SHARD_SIZE), default=DEFAULT_SHARD_SIZE,
-                        help=f"documents per shard, 1 to {MAX_SHARD_SIZE} (default {DEFAULT_SHARD_SIZE})")
+    ShardOptions.add_arguments(parser)
     parser.add_argument("--device", help="cpu, cuda or cuda:N (default: CUDA when present; under torchrun, "
                                          "each process its LOCAL_RANK's GPU)")
+    add_trust_remote_code(parser)
     return parser
 
 
@@ -197,8 +193,10 @@ def main(argv: list[str] | None = None) -> int:
         documents = read_corpus(args.corpus)
         queries = read_queries(args.queries) if args.queries else {}
     part, device = _start_processes(args.device)
-    encoder = SpladeEncoder(args.model, EncoderOptions.from_args(args), model_dir=args.model_dir, device=device)
-    manifest = encode_corpus(encoder, documents, args.output, quantization, args.shard_size, part=part)
+    encoder = SpladeEncoder(args.model, EncoderOptions.from_args(args), model_dir=args.model_dir, device=device,
+                            trust_remote_code=args.trust_remote_code)
+    manifest = encode_corpus(encoder, documents, args.output, quantization, ShardOptions.from_args(args).shard_size,
+                             part=part)
     part.close()
     if manifest is None:  # another process of a torchrun job: rank 0 merged the shards
         return 0

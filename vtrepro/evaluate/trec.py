@@ -23,6 +23,8 @@ from vtrepro.search.runs import Run, read_trec_run
 DEFAULT_METRICS: tuple[str, ...] = ("ndcg@10", "recall@100", "recall@1000", "mrr@10")
 _TREC_MEASURES = {"ndcg": "ndcg_cut", "recall": "recall", "precision": "P", "map": "map_cut"}
 RANDOMIZATION_SAMPLES = 10_000
+RANDOMIZATION_SEED = 0
+"""Seed of the randomization test's sign flips: every comparison of the same runs gives the same p-value."""
 MAX_CUTOFF = 100_000
 """The deepest metric cutoff: far beyond any run's depth that means something (BEIR's deepest is 1000), and
 small enough for trec_eval, which misreads cutoffs beyond its C ``long`` (an internal error before)."""
@@ -101,7 +103,7 @@ def compare_runs(
     qrels: dict[str, dict[str, int]],
     metrics: tuple[str, ...] = DEFAULT_METRICS,
     samples: int = RANDOMIZATION_SAMPLES,
-    seed: int = 0,
+    seed: int = RANDOMIZATION_SEED,
 ) -> dict[str, dict[str, float | int]]:
     """Per metric, :func:`paired_comparison` of ``run`` with ``baseline`` over all judged queries."""
     ours, theirs = evaluate_per_query(run, qrels, metrics), evaluate_per_query(baseline, qrels, metrics)
@@ -109,7 +111,7 @@ def compare_runs(
 
 
 def paired_comparison(ours: dict[str, float], theirs: dict[str, float], samples: int = RANDOMIZATION_SAMPLES,
-                      seed: int = 0) -> dict[str, float | int]:
+                      seed: int = RANDOMIZATION_SEED) -> dict[str, float | int]:
     """Both means over the same queries, their difference, queries won/lost/tied, and two-sided p-values
     of a paired t-test and of a paired randomization test (``samples`` seeded sign flips)."""
     import numpy as np

@@ -18,6 +18,7 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import read_json_file, write_json
 from vtrepro.core.progress import Progress
 from vtrepro.model.loading import resolve_model
+from vtrepro.model.options import EncoderOptions
 
 # transformers is imported where a tokenizer is loaded, on purpose: training code imports this module and
 # `train --help` stays fast.
@@ -75,7 +76,8 @@ class IdfQueryEncoder:
     """Encode queries as ``{token id: idf}`` over their distinct non-special tokens; same interface as
     :class:`vtrepro.model.splade.SpladeEncoder` for ``kind="query"``."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, idf: dict[str, float], max_length_query: int = 64):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, idf: dict[str, float],
+                 max_length_query: int = EncoderOptions.max_length_query):
         if max_length_query < 1:
             raise VtreproError(f"max_length_query must be at least 1, got {max_length_query}")
         self.tokenizer, self.max_length_query = tokenizer, max_length_query
@@ -92,7 +94,7 @@ class IdfQueryEncoder:
 
     @classmethod
     def from_corpus(cls, tokenizer: PreTrainedTokenizerBase, texts: Iterable[str],
-                    max_length_query: int = 64) -> IdfQueryEncoder:
+                    max_length_query: int = EncoderOptions.max_length_query) -> IdfQueryEncoder:
         """IDF of every non-special token on ``texts`` (an unseen token gets the largest value)."""
         counts, total = document_frequencies(tokenizer, texts)
         if total == 0:
@@ -104,7 +106,8 @@ class IdfQueryEncoder:
         return cls(tokenizer, idf, max_length_query)
 
     @classmethod
-    def load(cls, model: str | Path, model_dir: str | Path | None = None, max_length_query: int = 64) -> IdfQueryEncoder:
+    def load(cls, model: str | Path, model_dir: str | Path | None = None,
+             max_length_query: int = EncoderOptions.max_length_query) -> IdfQueryEncoder:
         """The tokenizer and ``idf.json`` of a model folder or Hub id."""
         from transformers import AutoTokenizer
 

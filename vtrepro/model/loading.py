@@ -155,8 +155,15 @@ def load_weights(
     return model, loading_info
 
 
+CUSTOM_CODE_REFUSAL = "contains custom code which must be executed"
+"""How transformers refuses a model whose code it may not run (``trust_remote_code=False``)."""
+
+
 def _failure(found: ModelSource, model_dir: str | Path | None, error: BaseException) -> str:
     """The one line for a model that was found but failed to load."""
+    if CUSTOM_CODE_REFUSAL in str(error):
+        return (f"model {found.name}: {found.source} ships Python code that must run to load it; rerun with "
+                "--trust-remote-code if you trust that code")
     if found.offline:
         return _offline_failure(found.name, model_dir)
     return _load_failure(found.name, found.source, model_dir, error)

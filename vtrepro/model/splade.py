@@ -82,7 +82,7 @@ def _devices_present(device_type: str) -> int:
     return 1
 
 
-def splade_activation(max_logits: torch.Tensor, activation: str = "log1p") -> torch.Tensor:
+def splade_activation(max_logits: torch.Tensor, activation: str = EncoderOptions.activation) -> torch.Tensor:
     """Term weights from max-pooled MLM logits: SPLADE's log(1 + relu(x)), or with ``log1p-log1p`` the
     OpenSearch v3 document models' log(1 + log(1 + relu(x))). Both are monotone, so pooling the raw logits
     first gives what pooling the weights would."""

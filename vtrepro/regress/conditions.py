@@ -6,15 +6,13 @@ import functools
 import json
 import logging
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import write_json
-from vtrepro.core.log import verbosity_flags
+from vtrepro.core.launch import Job, Shared, launch
 from vtrepro.encode.fingerprint import VectorDiff, VectorSetSummary, fingerprint_vectors
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.queries import encode_queries
@@ -32,7 +30,7 @@ from vtrepro.search.lucene import search_bm25, search_impact
 from vtrepro.search.runs import SearchTiming, read_trec_run, write_trec_run
 from vtrepro.training.recipe import load_recipe
 from vtrepro.training.run_folder import TRAINING_REPORT, stage_dir
-from vtrepro.training.stages import run_stage
+from vtrepro.training.stages import Stage, stage_job
 
 logger = logging.getLogger(__name__)
 
@@ -113,16 +111,15 @@ def trained_model(recipe_name: str, train_root: Path, model_dir: str | None, dat
             raise VtreproError(f"{final} was not trained from the current {recipe.path}; "
                                f"remove {output} to retrain it, or choose another --output")
         return str(final)
-    command = [sys.executable, "-m", "vtrepro", "train", "--recipe", str(recipe.path), "--output", str(output)]
-    command += ["--data-dir", data_dir] if data_dir else []
-    command += ["--model-dir", model_dir] if model_dir else []
-    command += ["--trust-remote-code"] if recipe.trust_remote_code else []  # granted to regress before any run
-    command += verbosity_flags()
     logger.info(f"training {recipe.path} -> {final}")
-    if subprocess.run(command).returncode != 0:
-        raise VtreproError(f"training {recipe.path} failed (its error is above); "
-                           f"rerunning resumes from the last checkpoint in {output}")
+    job = Job("train", ("--recipe", str(recipe.path), "--output", str(output)))
+    launch(job, Shared(data_dir, model_dir, recipe.trust_remote_code), "subprocess",  # granted to regress before any run
+           failed=f"training {recipe.path}", resume=f"rerunning resumes from the last checkpoint in {output}")
     return str(final)
+
+
+def _build_stage(stage: Stage, model: str, shared: Shared, out: Path) -> None:
+    launch(stage_job(stage, model, out), shared)
 
 
 def build_model(condition: Condition, work_dir: Path, model_dir: str | None, data_dir: str | None,
@@ -135,9 +132,9 @@ def build_model(condition: Condition, work_dir: Path, model_dir: str | None, dat
     model = str(condition.model)
     if condition.source_build is not None:
         model = str(built_source(condition, work_dir.parent, model_dir))
+    shared = Shared(data_dir, model_dir, condition.trust_remote_code)
     for index, stage in enumerate(condition.stages):
-        build = functools.partial(run_stage, stage, model, data_dir=data_dir, model_dir=model_dir,
-                                  trust_remote_code=condition.trust_remote_code)
+        build = functools.partial(_build_stage, stage, model, shared)
         model = str(_cached_build(stage_dir(work_dir, index, stage), {"model": model, **stage.options.to_dict()}, build))
     return model
 
@@ -151,6 +148,9 @@ class ConditionRunner:
         self.condition, self.spec, self.output, self.train_root = condition, spec, output, context.train_root
         self.model_dir, self.data_dir, self.threads = context.model_dir, context.data_dir, context.threads
         self.encode_processes = context.encode_processes
+        self.shared = Shared(self.data_dir, self.model_dir, condition.trust_remote_code)
+        """What a command this runner launches shares with it: the folders, and the condition's grant to run
+        model code (the spec's ask, granted by regress's --trust-remote-code before any run)."""
         self._encoder = None
         self._idf_encoder = None
         self._model: str | None = None
@@ -190,7 +190,7 @@ class ConditionRunner:
             from vtrepro.model.splade import SpladeEncoder
 
             self._encoder = SpladeEncoder(self.model, self.condition.encoder, model_dir=self.model_dir,
-                                          trust_remote_code=self.condition.trust_remote_code)
+                                          trust_remote_code=self.shared.trust_remote_code)
         return self._encoder
 
     def run(self, dataset_run: DatasetRun, dataset, encoded: EncodedVectors | None = None,
@@ -228,25 +228,22 @@ class ConditionRunner:
         stats = build_bm25_index(documents, artifacts / "index", threads=1)
         index_seconds, timing = time.perf_counter() - began, SearchTiming()
         run = search_bm25(artifacts / "index", queries, self.spec.k, self.threads,
-                          k1=self.condition.bm25["k1"], b=self.condition.bm25["b"], timing=timing)
+                          k1=self.condition.bm25.k1, b=self.condition.bm25.b, timing=timing)
         return run, stats, measure(artifacts / "index", index_seconds, timing)
+
+    def encode_job(self, dataset_folder: Path, artifacts: Path) -> Job:
+        """The encode command of the corpus of ``dataset_folder`` into ``artifacts``, with the condition's
+        encoder and quantization options."""
+        return Job("encode", ("--model", self.model, "--corpus", str(_corpus_file(dataset_folder)),
+                              "--output", str(artifacts)), (self.condition.encoder, self.condition.quantization))
 
     def _encode_with_torchrun(self, dataset_folder: Path, artifacts: Path) -> None:
         """Encode the corpus across ``encode_processes`` local processes (``torchrun``); the in-process
-        encode that follows finds every shard done and only checks and merges."""
-        if self.condition.trust_remote_code:
-            raise VtreproError(f"condition '{self.condition.name}' needs trust_remote_code, which --encode-procs does "
-                               "not pass on; encode it with one process")
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                   f"--nproc_per_node={self.encode_processes}", "-m", "vtrepro.encode", "--model", self.model,
-                   "--corpus", str(_corpus_file(dataset_folder)), "--output", str(artifacts),
-                   *self.condition.encoder.to_argv(), *self.condition.quantization.to_argv()]
-        command += ["--model-dir", self.model_dir] if self.model_dir else []
-        command += verbosity_flags()
-        logger.info(f"encoding with {self.encode_processes} processes: {' '.join(command)}")
-        if subprocess.run(command).returncode != 0:
-            raise VtreproError(f"the {self.encode_processes}-process encode of {dataset_folder} failed (its error is "
-                               "above); rerunning resumes at the unfinished shards")
+        encode that follows finds every shard done and only checks and merges. The condition's grant to
+        run model code passes as ``--trust-remote-code``."""
+        launch(self.encode_job(dataset_folder, artifacts), self.shared, "torchrun", self.encode_processes,
+               failed=f"the {self.encode_processes}-process encode of {dataset_folder}",
+               resume="rerunning resumes at the unfinished shards")
 
     def _impact(self, dataset, queries: dict[str, str], artifacts: Path, encoded: EncodedVectors | None):
         """Search with ``encoded`` vectors, or encode the corpus and queries here first."""

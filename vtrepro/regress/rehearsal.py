@@ -41,7 +41,7 @@ def _stand_in_models(spec: Spec, rehearsal: Rehearsal) -> None:
             if options.get("dataset"):
                 rehearsal.dataset(options["dataset"])
             elif options.get("corpus"):
-                rehearsal.file(f"condition '{condition.name}' calibrate corpus", options["corpus"], {})
+                rehearsal.file(f"condition '{condition.name}' calibrate corpus", options["corpus"])
         for name in filter(None, names):
             if recipe_of_trained_folder(name) is None:
                 rehearsal.model(name)

@@ -91,7 +91,7 @@ def selected_runs(spec: Spec, datasets: str | None) -> Iterable[tuple[Condition,
 def _training_plan(recipe_name: str, train_root: Path) -> str:
     recipe = load_recipe(recipe_name)
     final = train_root / recipe.name / "final"
-    state = "trained" if final.is_dir() else f"to train first: {recipe.training['steps']} steps"
+    state = "trained" if final.is_dir() else f"to train first: {recipe.training.steps} steps"
     return f"model {final} from recipe {recipe.path} ({state})"
 
 
@@ -102,7 +102,7 @@ def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], cont
     problems: dict[str, str] = {}
     for condition, dataset in selected:
         if condition.retrieval == "bm25":
-            what = f"BM25 k1={condition.bm25['k1']} b={condition.bm25['b']}"
+            what = f"BM25 k1={condition.bm25.k1} b={condition.bm25.b}"
         elif dataset.encoded:
             what = f"encoded vectors {dataset.encoded.corpus} and {dataset.encoded.queries}"
         elif condition.train:

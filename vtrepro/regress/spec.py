@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import io
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +19,16 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, unsafe_character
-from vtrepro.core.options import modernize
+from vtrepro.core.options import Options, option
 from vtrepro.core.schema import Checker, Field, read_yaml, round_trip_yaml
 from vtrepro.core.shipped import SHIPPED_DIR, find_shipped
-from vtrepro.data.beir import DATASET_NAME
+from vtrepro.data.beir import DATASET_NAME, TEST_SPLIT
 from vtrepro.encode.vectors import Quantization
 from vtrepro.evaluate.trec import DEFAULT_METRICS, parse_metric
 from vtrepro.model.loading import model_name_problem
 from vtrepro.model.options import EncoderOptions
 from vtrepro.report.published import PublishedSystem, load_system
-from vtrepro.search.runs import MAX_K
+from vtrepro.search.runs import Bm25Options, SearchOptions
 from vtrepro.training.stages import Stage, read_stage
 from vtrepro.vocabulary.transfer import TransferOptions
 
@@ -36,44 +36,77 @@ REGRESSIONS_DIR = SHIPPED_DIR
 INDEX_STATS = ("documents", "total_terms")
 
 _SPEC_KEYS = {"description", "defaults", "conditions"}
-_DEFAULT_KEYS = {"split", "k", "metrics", "tolerance"}
 _VECTOR_KEYS = ("corpus", "queries")
-# Optional keys without a default here (None): the dataclass filled from them has the defaults.
-_CONDITION = {
-    "description": Field(str, None), "retrieval": Field(str, None, ("bm25", "impact")), "model": Field(str, None),
-    "train": Field(str, None, what="a recipe file or a name in regressions/recipes/"),
-    "trust_remote_code": Field(bool, None), "query_encoder": Field(str, None, ("splade", "idf")),
-    "reference_source": Field(str, None), "reference_tolerance": Field(float, None, minimum=0),
-    "published": Field(str, None, what="<table>/<system> of a table in regressions/published/"),
-    "agrees_with": Field(str, None, what="the name of an impact condition earlier in this spec"),
-    **{key: Field("mapping", None) for key in ("bm25", "encoder", "quantization", "reference_average", "datasets",
-                                               "transfer", "calibrate", "tolerance")},
-}
-_BM25 = {"k1": Field(float, None, minimum=0), "b": Field(float, None, minimum=0, maximum=1)}
-_TOLERANCE = {key: Field(float, None, minimum=0) for key in ("total_terms", "scores")}
-_OLD_QUERY_ENCODERS = {"model": "splade"}
-"""The old spelling of a condition's ``query_encoder`` (recipes always said splade), read with a notice."""
+# The keys a transfer block holds beside TransferOptions' (read as its ``extra`` keys; ``from`` is no Python name).
 _TRANSFER_SOURCE = {"source": Field(str, what="a checkpoint folder or Hub id, or {build: round_trip, from: MODEL}")}
 SOURCE_BUILDS = ("round_trip",)
 """Transfer sources a spec may declare built rather than name: ``source: {build: round_trip, from: MODEL}`` is
 MODEL moved onto GPT-2's BPE vocabulary (:mod:`vtrepro.vocabulary.gpt2`), built once by the run itself."""
 _BUILT_SOURCE = {"build": Field(str, choices=SOURCE_BUILDS), "from": Field(str)}
-_DATASET = {"split": Field(str, None), **{key: Field("mapping", None)
-                                          for key in ("scores", "reference", "index", "vectors", "encoded")}}
 _INDEX = {key: Field(int, None, minimum=0, nullable=True) for key in INDEX_STATS}
 
 
 @dataclass(frozen=True)
-class Tolerance:
-    """How far figures may move when the vectors were encoded here and differ from the pinned ones.
+class Tolerance(Options):
+    """How far figures may move when the vectors were encoded here and differ from the pinned ones: a spec's
+    ``defaults.tolerance`` and a condition's ``tolerance`` (which starts from the spec's).
 
     Defaults cover every CPU arithmetic path measured in docs/regression-specs.md (envelope table):
     ``total_terms`` is relative to the pinned index total, ``scores`` absolute on 4-decimal scores.
     Where the fingerprints match, every figure is exact and no tolerance applies.
     """
 
-    total_terms: float = 1e-6
-    scores: float = 0.0005
+    total_terms: float = option(Field(float, 1e-6, minimum=0))
+    scores: float = option(Field(float, 0.0005, minimum=0))
+
+
+@dataclass(frozen=True)
+class SpecDefaults(Options):
+    """A spec's ``defaults:`` block (beside ``metrics``, a list read by :func:`_load_metrics`)."""
+
+    split: str = option(Field(str, TEST_SPLIT))
+    k: int = option(SearchOptions.schema()["k"])
+    tolerance: Tolerance = option(Field("mapping", Tolerance()), nested=Tolerance)
+
+
+@dataclass(frozen=True)
+class ConditionOptions(Options):
+    """A condition's own keys. Its blocks are mappings here, each read by its own options where the condition
+    is built (:func:`_load_condition`); None marks a key the condition does not give."""
+
+    RENAMED_VALUES = {"query_encoder": {"model": "splade"}}
+    """The old spelling of ``query_encoder`` (recipes always said splade), read with a notice."""
+
+    description: str | None = option(Field(str, None))
+    retrieval: str | None = option(Field(str, None, ("bm25", "impact")))
+    model: str | None = option(Field(str, None))
+    train: str | None = option(Field(str, None, what="a recipe file or a name in regressions/recipes/"))
+    trust_remote_code: bool = option(Field(bool, False))
+    query_encoder: str = option(Field(str, "splade", ("splade", "idf")))
+    reference_source: str | None = option(Field(str, None))
+    reference_tolerance: float = option(Field(float, 0.0, minimum=0))
+    published: str | None = option(Field(str, None, what="<table>/<system> of a table in regressions/published/"))
+    agrees_with: str | None = option(Field(str, None, what="the name of an impact condition earlier in this spec"))
+    bm25: Any = option(Field("mapping", None))
+    encoder: Any = option(Field("mapping", None))
+    quantization: Any = option(Field("mapping", None))
+    reference_average: Any = option(Field("mapping", None))
+    datasets: Any = option(Field("mapping", None))
+    transfer: Any = option(Field("mapping", None))
+    calibrate: Any = option(Field("mapping", None))
+    tolerance: Any = option(Field("mapping", None))
+
+
+@dataclass(frozen=True)
+class DatasetOptions(Options):
+    """A condition's dataset entry: its split (the spec's by default) and its pinned values' mappings."""
+
+    split: str = option(SpecDefaults.schema()["split"])
+    scores: Any = option(Field("mapping", None))
+    reference: Any = option(Field("mapping", None))
+    index: Any = option(Field("mapping", None))
+    vectors: Any = option(Field("mapping", None))
+    encoded: Any = option(Field("mapping", None))
 
 
 @dataclass(frozen=True)
@@ -104,15 +137,15 @@ class Condition:
     datasets: list[DatasetRun]
     model: str | None = None
     trust_remote_code: bool = False
-    bm25: dict[str, float] = field(default_factory=lambda: {"k1": 0.9, "b": 0.4})
+    bm25: Bm25Options = Bm25Options()
     encoder: EncoderOptions = EncoderOptions()
     quantization: Quantization = Quantization()
     reference_source: str | None = None
-    reference_tolerance: float = 0.0
+    reference_tolerance: float = ConditionOptions.reference_tolerance
     reference_average: dict[str, float] = field(default_factory=dict)
     description: str = ""
     train: str | None = None  # training recipe (file or name in regressions/recipes/) whose final model is used
-    query_encoder: str = "splade"  # "splade" (SPLADE queries) or "idf" (inference-free: idf.json beside the model)
+    query_encoder: str = ConditionOptions.query_encoder  # "splade" (SPLADE queries) or "idf" (idf.json beside the model)
     stages: tuple[Stage, ...] = ()  # from the 'transfer' and 'calibrate' blocks, applied to ``model`` in order
     tolerance: Tolerance = Tolerance()
     published: PublishedSystem | None = None  # the published system its references come from
@@ -159,16 +192,15 @@ def load_spec(spec: str | Path) -> Spec:
     document = _read_document(path)
     check = Checker(path, "the spec")
     check.mapping(document, None, _SPEC_KEYS, "")
-    defaults = check.mapping(document, "defaults", _DEFAULT_KEYS, "defaults")
+    defaults = check.mapping(document, "defaults", {"metrics", *SpecDefaults.schema()}, "defaults")
     metrics = _load_metrics(check, defaults)
-    k = check.value(defaults, "k", Field(int, minimum=1, maximum=MAX_K), "defaults.k") if "k" in defaults else 1000
+    spec_defaults = SpecDefaults.read_with(check, document, "defaults", "defaults", {"metrics": Field("list", None)})[0]
+    k, split, tolerance = spec_defaults.k, spec_defaults.split, spec_defaults.tolerance
     deepest = max(metrics, key=lambda metric: parse_metric(metric)[1])
     if parse_metric(deepest)[1] > k:
         raise check.fail(defaults, "k" if "k" in defaults else "metrics",
                          f"defaults.k is {k} but {deepest} needs {parse_metric(deepest)[1]} hits per query; "
                          "raise k or lower the cutoff")
-    split = check.value(defaults, "split", Field(str), "defaults.split") if "split" in defaults else "test"
-    tolerance = _load_tolerance(check, defaults, "defaults", Tolerance())
     if not isinstance(document.get("conditions"), CommentedMap) or not document["conditions"]:
         raise check.fail(document, "conditions", "'conditions' must map condition names to their settings")
     conditions: list[Condition] = []
@@ -208,15 +240,13 @@ def _load_condition(check: Checker, parent: CommentedMap, name: str, metrics: tu
     if not isinstance(name, str) or not name or unsafe_character(name) or "/" in name:
         raise check.fail(parent, name, f"{where}: a condition name must be a non-empty string without whitespace, "
                                        "control characters or '/' (it names a folder and the run's tag); rename it")
-    if isinstance(parent[name], CommentedMap):
-        modernize(check, parent[name], where, {}, {"query_encoder": _OLD_QUERY_ENCODERS})
-    given = check.read(parent, name, _CONDITION, where, fill=False)
+    given = ConditionOptions.read(check, parent, name, where)
     node = parent[name] or CommentedMap()
-    sources = [key for key in ("model", "transfer", "train") if key in given]
-    datasets = given.get("datasets") or CommentedMap()
+    sources = [key for key in ("model", "transfer", "train") if getattr(given, key) is not None]
+    datasets = given.datasets or CommentedMap()
     all_encoded = bool(datasets) and all(isinstance(entry, CommentedMap) and "encoded" in entry
                                          for entry in datasets.values())
-    retrieval = given.get("retrieval", "impact" if sources or all_encoded else None)
+    retrieval = given.retrieval or ("impact" if sources or all_encoded else None)
     if retrieval is None:
         raise check.fail(parent, name, f"{where} needs 'retrieval: bm25', a 'model', a 'transfer' block or a 'train' recipe")
     if retrieval == "impact" and not (sources or all_encoded):
@@ -224,15 +254,15 @@ def _load_condition(check: Checker, parent: CommentedMap, name: str, metrics: tu
                                        "(or 'encoded' vectors for every dataset)")
     if len(sources) > 1:
         raise check.fail(node, sources[1], f"{where} takes one of 'model', 'transfer' and 'train', not {' and '.join(sources)}")
-    if "train" in given and "calibrate" in given:
+    if given.train is not None and given.calibrate is not None:
         raise check.fail(node, "calibrate", f"{where}: a 'train' recipe calibrates in its own stages; remove 'calibrate'")
     if not datasets:
         raise check.fail(parent, name, f"{where} needs 'datasets:' mapping dataset names to expected scores")
-    model, stages = given.get("model"), []
+    model, stages = given.model, []
     if model is not None and model_name_problem(model):
         raise check.fail(node, "model", f"{where}: {model_name_problem(model)}; give a model folder or a Hub id")
     source_build = None
-    if "transfer" in given:
+    if given.transfer is not None:
         built = isinstance(node["transfer"], CommentedMap) and isinstance(node["transfer"].get("source"), CommentedMap)
         options, source = TransferOptions.read_with(check, node, "transfer", f"{where}.transfer",
                                                     {"source": Field("mapping")} if built else _TRANSFER_SOURCE)
@@ -241,26 +271,25 @@ def _load_condition(check: Checker, parent: CommentedMap, name: str, metrics: tu
             source = check.read(node["transfer"], "source", _BUILT_SOURCE, f"{where}.transfer.source")
             model, source_build = source["from"], source["build"]
         stages.append(Stage("transfer", options))
-    if "calibrate" in given:
+    if given.calibrate is not None:
         stages.append(read_stage(check, node, "calibrate", "calibrate", f"{where}.calibrate"))
     condition = Condition(
-        name=name, retrieval=retrieval, datasets=[], model=model, stages=tuple(stages), train=given.get("train"),
-        source_build=source_build,
-        description=given.get("description", ""), trust_remote_code=given.get("trust_remote_code", False),
-        query_encoder=given.get("query_encoder", "splade"),
-        bm25={"k1": 0.9, "b": 0.4, **check.read(node, "bm25", _BM25, f"{where}.bm25", fill=False)},
+        name=name, retrieval=retrieval, datasets=[], model=model, stages=tuple(stages), train=given.train,
+        source_build=source_build, description=given.description or "", trust_remote_code=given.trust_remote_code,
+        query_encoder=given.query_encoder, bm25=Bm25Options.read(check, node, "bm25", f"{where}.bm25"),
         encoder=EncoderOptions.read(check, node, "encoder", f"{where}.encoder"),
         quantization=Quantization.read(check, node, "quantization", f"{where}.quantization"),
-        reference_source=given.get("reference_source"), reference_tolerance=given.get("reference_tolerance", 0.0),
+        reference_source=given.reference_source, reference_tolerance=given.reference_tolerance,
         reference_average=_metric_values(check, node, "reference_average", metrics, f"{where}.reference_average", False),
-        tolerance=_load_tolerance(check, node, where, tolerance), agrees_with=given.get("agrees_with"),
+        tolerance=Tolerance.read(check, node, "tolerance", f"{where}.tolerance", **tolerance.to_dict()),
+        agrees_with=given.agrees_with,
     )
     for dataset in datasets:
         _check_dataset_name(check, datasets, dataset, where)
         condition.datasets.append(_load_dataset(check, datasets, dataset, f"{where}, dataset '{dataset}'", retrieval,
                                                 metrics, split))
-    if "published" in given:
-        _apply_published(check, node, condition, given["published"], metrics)
+    if given.published is not None:
+        _apply_published(check, node, condition, given.published, metrics)
     return condition
 
 
@@ -315,24 +344,20 @@ def _check_dataset_name(check: Checker, parent: CommentedMap, name: Any, where: 
 
 def _load_dataset(check: Checker, parent: CommentedMap, name: str, where: str, retrieval: str,
                   metrics: tuple[str, ...], split: str) -> DatasetRun:
-    given = check.read(parent, name, _DATASET, where, fill=False)
+    given = DatasetOptions.read(check, parent, name, where, split=split)
     entry = parent[name] or CommentedMap()
-    if retrieval == "bm25" and ("vectors" in given or "encoded" in given):
-        raise check.fail(entry, "vectors" if "vectors" in given else "encoded",
+    if retrieval == "bm25" and (given.vectors is not None or given.encoded is not None):
+        raise check.fail(entry, "vectors" if given.vectors is not None else "encoded",
                          f"{where}: BM25 runs have no vectors; remove 'vectors'/'encoded'")
     return DatasetRun(
         name=str(name),
-        split=given.get("split", split),
+        split=given.split,
         scores=_metric_values(check, entry, "scores", metrics, f"{where}.scores", True),
         reference=_metric_values(check, entry, "reference", metrics, f"{where}.reference", False),
         index=check.read(entry, "index", _INDEX, f"{where}.index", fill=False),
         vectors=_load_fingerprints(check, entry, f"{where}.vectors"),
         encoded=_load_encoded(check, entry, f"{where}.encoded"),
     )
-
-
-def _load_tolerance(check: Checker, parent: CommentedMap, where: str, inherited: Tolerance) -> Tolerance:
-    return replace(inherited, **check.read(parent, "tolerance", _TOLERANCE, f"{where}.tolerance", fill=False))
 
 
 def _load_fingerprints(check: Checker, parent: CommentedMap, where: str) -> dict[str, str | None]:

@@ -29,12 +29,10 @@ from vtrepro.encode.reader import read_query_vectors
 from vtrepro.index.lucene import check_index_folder
 from vtrepro.index.prebuilt import PrebuiltIndex, is_prebuilt, named_members, open_prebuilt, read_topics
 from vtrepro.search.lucene import search_impact
-from vtrepro.search.runs import add_k, write_trec_run
+from vtrepro.search.runs import SearchOptions, write_trec_run
 
 # vtrepro.search.pisa (numpy) is imported where PISA searches, on purpose: `search --help` and Lucene searches
 # stay fast.
-
-ENGINES = ("lucene", "pisa")
 
 
 @cli_entry
@@ -43,23 +41,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index", required=True, type=Path,
                         help="Lucene impact index, or a prebuilt index .tar.gz from 'export index' (PISA index with "
                              "--engine pisa)")
-    parser.add_argument("--engine", choices=ENGINES, default="lucene",
-                        help="lucene (default) or pisa: the same run, PISA's MaxScore is faster")
+    SearchOptions.add_arguments(parser, ["engine"])
     parser.add_argument("--vectors", type=Path,
                         help="with --engine pisa: build the PISA index at --index from this JsonVectorCollection folder "
                              "(kept when it already holds these vectors)")
     parser.add_argument("--queries", type=Path,
                         help="encoded queries.jsonl ({id, vector}); with a prebuilt index, default its topics")
     parser.add_argument("--output", required=True, type=Path, help="TREC run file to write (replaced when complete)")
-    add_k(parser)
+    SearchOptions.add_arguments(parser, ["k"])
     add_threads(parser, "search threads (results do not depend on it)")
-    parser.add_argument("--keep-query-id", action="store_true", help="keep hits whose docid equals the query id")
+    SearchOptions.add_arguments(parser, ["keep_query_id"])
     args = parser.parse_args(argv)
-    if args.vectors is not None and args.engine != "pisa":
+    search = SearchOptions.from_args(args)
+    if args.vectors is not None and search.engine != "pisa":
         raise VtreproError("--vectors builds a PISA index: use it with --engine pisa (build Lucene indexes with "
                            "'python -m vtrepro index')")
     prebuilt = is_prebuilt(args.index)
-    if prebuilt and args.engine != "lucene":
+    if prebuilt and search.engine != "lucene":
         raise VtreproError(f"{args.index}: a prebuilt index holds a Lucene index; search it with --engine lucene")
     if args.queries is None and not prebuilt:
         raise VtreproError("--queries is required (only a prebuilt index .tar.gz brings its own topics)")
@@ -72,17 +70,18 @@ def main(argv: list[str] | None = None) -> int:
         with _extracted(args.index, args.output) as opened, named_members(opened, args.index):
             if queries is None:
                 queries = read_topics(opened.topics, opened.header.get("queries_fingerprint"))
-            run = search_impact(check_index_folder(opened.index), queries, args.k, args.threads,
-                                not args.keep_query_id)
-    elif args.engine == "pisa":
+            run = search_impact(check_index_folder(opened.index), queries, search.k, search.threads,
+                                not search.keep_query_id)
+    elif search.engine == "pisa":
         from vtrepro.search.pisa import ensure_pisa_index, search_pisa
 
         if vectors is not None:
             ensure_pisa_index(vectors, args.index)
-        run = search_pisa(args.index, read_query_vectors(args.queries), args.k, args.threads, not args.keep_query_id)
+        run = search_pisa(args.index, read_query_vectors(args.queries), search.k, search.threads,
+                          not search.keep_query_id)
     else:
-        run = search_impact(check_index_folder(args.index), read_query_vectors(args.queries), args.k, args.threads,
-                            not args.keep_query_id)
+        run = search_impact(check_index_folder(args.index), read_query_vectors(args.queries), search.k, search.threads,
+                            not search.keep_query_id)
     write_trec_run(run, args.output)
     print(f"{sum(map(len, run.values()))} hits for {len(run)} queries -> {args.output}")
     return 0

@@ -17,7 +17,9 @@ from vtrepro.core.progress import Progress
 from vtrepro.encode.reader import MAX_IMPACT
 from vtrepro.index.lucene import index_errors, verified_index
 from vtrepro.search.runs import (
+    Bm25Options,
     Run,
+    SearchOptions,
     SearchTiming,
     check_exact_score,
     check_exact_weights,
@@ -47,7 +49,7 @@ def _java_list(items) -> object:
     return array_list
 
 
-def search_impact(index_dir: str | Path, queries: Mapping[str, Mapping[str, int]], k: int = 1000, threads: int = 1,
+def search_impact(index_dir: str | Path, queries: Mapping[str, Mapping[str, int]], k: int = SearchOptions.k, threads: int = 1,
                   remove_query_id: bool = True, timing: SearchTiming | None = None) -> Run:
     """Impact search: each document scores the integer dot product of its and the query's vector;
     ``timing``, when given, receives the search's wall time (per query with one thread)."""
@@ -77,10 +79,10 @@ def search_impact(index_dir: str | Path, queries: Mapping[str, Mapping[str, int]
 def search_bm25(
     index_dir: str | Path,
     queries: Mapping[str, str],
-    k: int = 1000,
+    k: int = SearchOptions.k,
     threads: int = 1,
-    k1: float = 0.9,
-    b: float = 0.4,
+    k1: float = Bm25Options.k1,
+    b: float = Bm25Options.b,
     remove_query_id: bool = True,
     timing: SearchTiming | None = None,
 ) -> Run:

@@ -43,7 +43,15 @@ from vtrepro.core.log import verbose
 from vtrepro.core.progress import Progress
 from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files
 from vtrepro.encode.reader import read_vectors, vector_files
-from vtrepro.search.runs import Run, SearchTiming, check_exact_weights, check_query_weights, hits_per_query, top_hits
+from vtrepro.search.runs import (
+    Run,
+    SearchOptions,
+    SearchTiming,
+    check_exact_weights,
+    check_query_weights,
+    hits_per_query,
+    top_hits,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -357,7 +365,7 @@ def bindings_seconds_per_query(index_dir: str | Path, queries: Mapping[str, Mapp
     return best / max(len(converted), 1)
 
 
-def search_pisa(index_dir: str | Path, queries: Mapping[str, Mapping[str, int]], k: int = 1000, threads: int = 1,
+def search_pisa(index_dir: str | Path, queries: Mapping[str, Mapping[str, int]], k: int = SearchOptions.k, threads: int = 1,
                 remove_query_id: bool = True, timing: SearchTiming | None = None) -> Run:
     """Impact search with PISA: the run :func:`vtrepro.search.lucene.search_impact` gives for the same
     vectors; ``timing`` as there (per query with one thread; all queries in one call with more)."""

@@ -14,9 +14,11 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from vtrepro.core.cli import number_in
+from vtrepro.core.cli import DEFAULT_THREADS
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, read_lines
+from vtrepro.core.options import Options, option
+from vtrepro.core.schema import Field
 from vtrepro.encode.reader import MAX_IMPACT
 
 # numpy is imported where latencies are summarized, on purpose: every command's `--help` stays fast.
@@ -56,12 +58,37 @@ class SearchTiming:
         return {"search_threads": self.threads, "search_queries_per_s": rate, **latency}
 
 
+ENGINES = ("lucene", "pisa")
+"""The impact search engines: the same run from either (PISA's MaxScore is faster)."""
+
+
+@dataclass(frozen=True)
+class SearchOptions(Options):
+    """How a search runs: the one declaration of each setting's default, which the search command's flags,
+    a spec's ``defaults.k`` and the search functions' signatures (``k=SearchOptions.k``) all take.
+    The thread count is :data:`vtrepro.core.cli.DEFAULT_THREADS` (``--threads``, :func:`~vtrepro.core.cli.add_threads`)."""
+
+    k: int = option(Field(
+        int, 1000, minimum=1, maximum=MAX_K,
+        help=f"hits per query, 1 to {MAX_K} (the default is the paper's); a k above the documents in the index "
+             f"is cut to them before searching (the same run), and queries x hits must stay within "
+             f"{MAX_RUN_HITS:,} (a run is held in memory)"))
+    threads: int = option(Field(int, DEFAULT_THREADS, minimum=1, help="search threads (results do not depend on it)"))
+    engine: str = option(Field(str, "lucene", ENGINES, help="lucene or pisa: the same run, PISA's MaxScore is faster"))
+    keep_query_id: bool = option(Field(bool, False, help="keep hits whose docid equals the query id"))
+
+
+@dataclass(frozen=True)
+class Bm25Options(Options):
+    """BM25's parameters (Pyserini's and Anserini's defaults): a spec condition's ``bm25:`` block."""
+
+    k1: float = option(Field(float, 0.9, minimum=0, help="term-frequency saturation"))
+    b: float = option(Field(float, 0.4, minimum=0, maximum=1, help="document-length normalization"))
+
+
 def add_k(parser: argparse._ActionsContainer) -> None:
-    """``--k``: hits per query, 1 to :data:`MAX_K` (default 1000)."""
-    parser.add_argument("--k", type=number_in(int, minimum=1, maximum=MAX_K), default=1000,
-                        help=f"hits per query, 1 to {MAX_K} (default 1000, the paper's); a k above the documents "
-                             f"in the index is cut to them before searching (the same run), and queries x hits "
-                             f"must stay within {MAX_RUN_HITS:,} (a run is held in memory)")
+    """``--k``: hits per query, 1 to :data:`MAX_K` (default :attr:`SearchOptions.k`)."""
+    SearchOptions.add_arguments(parser, ["k"])
 
 
 def hits_per_query(k: int, documents: int, queries: int) -> int:

@@ -29,7 +29,7 @@ import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, check_regular_file, read_json_file, read_jsonl
@@ -307,7 +307,7 @@ def msmarco_training_set(
     collection: str | Path,
     queries: str | Path,
     negatives: int,
-    systems: list[str] | None = None,
+    systems: Sequence[str] | None = None,
     per_system: int | None = None,
 ) -> PairTrainingSet:
     """Pairs (qid, positive pid) with negatives pooled from the chosen ``systems`` (all by default),

@@ -8,7 +8,7 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.data.availability import dataset_availability, file_availability, hub_dataset_availability
 from vtrepro.model.loading import model_availability
 from vtrepro.training.mlm import MlmOptions
-from vtrepro.training.recipe import Recipe
+from vtrepro.training.recipe import BeirData, PairsData, Recipe
 from vtrepro.training.run_folder import latest_checkpoint, stage_dir
 from vtrepro.vocabulary.calibrate import CalibrationOptions
 from vtrepro.vocabulary.transfer import TransferOptions
@@ -38,13 +38,13 @@ def required_inputs(recipe: Recipe, output: Path) -> list[tuple[str, str, str]]:
     if training_done:
         return inputs
     data = recipe.data
-    if data["format"] == "beir":
-        inputs.append(("data", "dataset", data["dataset"]))
-    if data["format"] == "pairs" and data["hub"]:
-        inputs.append(("data.hub", "hub dataset", data["hub"]))
+    if isinstance(data, BeirData):
+        inputs.append(("data", "dataset", data.dataset))
+    if isinstance(data, PairsData) and data.hub:
+        inputs.append(("data.hub", "hub dataset", data.hub))
     for key in ("path", "hard_negatives", "collection", "queries", "teacher"):
-        if data.get(key):
-            inputs.append((f"data.{key}", "file", data[key]))
+        if getattr(data, key, None):
+            inputs.append((f"data.{key}", "file", getattr(data, key)))
     if recipe.idf_corpus:
         kind = "file" if Path(recipe.idf_corpus).suffix in (".jsonl", ".gz", ".tsv") else "dataset"
         inputs.append(("idf_corpus", kind, recipe.idf_corpus))

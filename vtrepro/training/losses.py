@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from vtrepro.training.recipe import LossOptions
+
 
 def group_scores(queries: Tensor, documents: Tensor) -> Tensor:
     """(B, G) scores of each query against its own group [positive, negatives...]."""
@@ -17,7 +19,7 @@ def group_scores(queries: Tensor, documents: Tensor) -> Tensor:
     return torch.einsum("bv,bgv->bg", queries, groups)
 
 
-def info_nce(queries: Tensor, documents: Tensor, temperature: float = 1.0, in_batch: bool = True) -> Tensor:
+def info_nce(queries: Tensor, documents: Tensor, temperature: float = LossOptions.temperature, in_batch: bool = True) -> Tensor:
     """Cross-entropy of each query's positive against its hard negatives and, with ``in_batch``,
     every other document of the batch: mean_i -log softmax(s_i / temperature)[positive of i]."""
     batch = queries.shape[0]
@@ -40,7 +42,7 @@ def margin_mse(student: Tensor, teacher: Tensor) -> Tensor:
     return F.mse_loss(student_margins, teacher_margins)
 
 
-def kl_distillation(student: Tensor, teacher: Tensor, temperature: float = 1.0) -> Tensor:
+def kl_distillation(student: Tensor, teacher: Tensor, temperature: float = LossOptions.temperature) -> Tensor:
     """KL(softmax(teacher / T) || softmax(student / T)) over each query's group, averaged over queries."""
     return F.kl_div(F.log_softmax(student / temperature, dim=1), F.log_softmax(teacher / temperature, dim=1),
                     reduction="batchmean", log_target=True)

@@ -55,6 +55,8 @@ GROUP_TEXTS = 1000
 """Texts concatenated together before cutting blocks (Hugging Face ``run_mlm.py``'s map batch)."""
 AUTHORS_NEW_TOKEN_WEIGHT = 2.0
 TRANSFER_REPORT = "transfer_report.json"
+MLM_WEIGHT_DECAY = 0.01
+"""AdamW weight decay of MLM adaptation (Hugging Face ``run_mlm.py``'s value in the authors' ``run_vt.sh``)."""
 
 DTYPES = ("float32", "bfloat16")
 """Training precisions: float32, or bfloat16 autocast (float32 weights)."""
@@ -179,7 +181,7 @@ def freeze_all_but_embeddings(model: Any) -> list[torch.nn.Parameter]:
 
 
 def train_mlm(model: Any, tokenizer: Any, texts: Sequence[str], options: MlmOptions,
-              new_ids: Sequence[int] | None = None, *, weight_decay: float = 0.01, show_progress: bool = True,
+              new_ids: Sequence[int] | None = None, *, weight_decay: float = MLM_WEIGHT_DECAY, show_progress: bool = True,
               ) -> list[float]:
     """Train ``model`` in place for ``options.steps`` batches of ``texts`` (or, for the released recipe, of
     blocks of concatenated texts); with ``new_ids`` those tokens are masked twice as often. Returns every

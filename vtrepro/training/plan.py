@@ -8,7 +8,7 @@ from typing import Any
 from vtrepro.model.loading import check_text_lengths, position_limit, resolve_model, text_length_limit
 from vtrepro.training.inputs import availability, required_inputs
 from vtrepro.training.mlm import MlmOptions
-from vtrepro.training.recipe import Recipe
+from vtrepro.training.recipe import BeirData, MsmarcoData, PairsData, Recipe, TriplesData
 from vtrepro.training.run_folder import stage_dir
 from vtrepro.training.stages import Stage
 from vtrepro.vocabulary.calibrate import CalibrationOptions
@@ -61,7 +61,7 @@ def check_recipe_lengths(recipe: Recipe, model_dir) -> None:
     config = model_architecture(recipe.model, model_dir) if limit is None else None
     if config is not None:
         limit = position_limit(config.to_dict())
-    lengths = {f"training.{key}": recipe.training[key] for key in ("max_length_query", "max_length_doc")}
+    lengths = {f"training.{key}": getattr(recipe.training, key) for key in ("max_length_query", "max_length_doc")}
     lengths |= {f"stages[{index}].{stage.name}.max_length": stage.options.max_length
                 for index, stage in enumerate(recipe.stages) if isinstance(stage.options, (MlmOptions, CalibrationOptions))}
     check_text_lengths(lengths, limit, recipe.model, f"{recipe.path}: ")
@@ -108,11 +108,11 @@ def estimate_cost(recipe: Recipe, model_dir, gpu_tflops: float) -> list[str]:
             lines.append(f"  calibrate: {min(options.docs, options.max_sample)} documents = {format_flops(flop)}")
             total += flop
     training = recipe.training
-    query_tokens = training["max_length_query"] if recipe.query_encoder == "splade" else 0
-    tokens = training["batch_size"] * (query_tokens + recipe.group_size * training["max_length_doc"])
-    flop = per_token * training["steps"] * tokens
-    lines.append(f"  splade: {training['steps']} steps x {training['batch_size']} queries x "
-                 f"({query_tokens} + {recipe.group_size} x {training['max_length_doc']}) tokens = {format_flops(flop)}")
+    query_tokens = training.max_length_query if recipe.query_encoder == "splade" else 0
+    tokens = training.batch_size * (query_tokens + recipe.group_size * training.max_length_doc)
+    flop = per_token * training.steps * tokens
+    lines.append(f"  splade: {training.steps} steps x {training.batch_size} queries x "
+                 f"({query_tokens} + {recipe.group_size} x {training.max_length_doc}) tokens = {format_flops(flop)}")
     total += flop
     hours = total / (gpu_tflops * 1e12) / 3600
     duration = f"{hours:.1f} GPU-hours" if hours >= 1 else f"{hours * 60:.1f} GPU-minutes"
@@ -139,28 +139,29 @@ def describe_plan(recipe: Recipe, output: Path, data_dir, model_dir, gpu_tflops:
         lines.append(f"   {_stage_command(stage, current, out)}")
         current = str(out)
     data, loss, training = recipe.data, recipe.loss, recipe.training
-    if data["format"] == "beir":
-        mined = f"BM25 negatives from the top {data['depth']}" if data["mining"] == "bm25" else "no mined negatives"
-        source = f"BEIR {data['dataset']} {data['split']} qrels, {mined}"
-    elif data["format"] == "triples":
-        source = f"triples {data['path']}"
-    elif data["format"] == "pairs":
-        kept = f", {data['max_examples']} kept" if data["max_examples"] else ""
-        source = (f"pairs ({data['query_field']}, {data['document_field']}) from {data['path'] or data['hub']}"
+    if isinstance(data, BeirData):
+        mined = f"BM25 negatives from the top {data.depth}" if data.mining == "bm25" else "no mined negatives"
+        source = f"BEIR {data.dataset} {data.split} qrels, {mined}"
+    elif isinstance(data, TriplesData):
+        source = f"triples {data.path}"
+    elif isinstance(data, PairsData):
+        kept = f", {data.max_examples} kept" if data.max_examples else ""
+        source = (f"pairs ({data.query_field}, {data.document_field}) from {data.path or data.hub}"
                   f"{kept}, in-batch negatives")
     else:
-        source = (f"MS MARCO hard negatives {data['hard_negatives']} "
-                  f"(systems: {', '.join(data['systems']) if data['systems'] else 'all'})")
-    teacher = f", teacher {data['teacher']}" if data["teacher"] else ""
+        assert isinstance(data, MsmarcoData)
+        source = (f"MS MARCO hard negatives {data.hard_negatives} "
+                  f"(systems: {', '.join(data.systems) if data.systems else 'all'})")
+    teacher = f", teacher {data.teacher}" if data.teacher else ""
     lines.append(f"{len(recipe.stages) + 1}. train SPLADE from {current} -> {output / 'final'}")
-    lines.append(f"   data: {source}; {data['negatives']} negative(s) per query{teacher}")
+    lines.append(f"   data: {source}; {data.negatives} negative(s) per query{teacher}")
     lines.append(f"   queries: {'IDF (inference-free)' if recipe.query_encoder == 'idf' else 'SPLADE encoder'}; "
-                 f"loss {loss['ranking']}, {loss['query_regularizer']} q {loss['lambda_q']:g}, "
-                 f"{loss['doc_regularizer']} d {loss['lambda_d']:g}, warm-up {loss['flops_warmup_steps']} steps"
+                 f"loss {loss.ranking}, {loss.query_regularizer} q {loss.lambda_q:g}, "
+                 f"{loss.doc_regularizer} d {loss.lambda_d:g}, warm-up {loss.flops_warmup_steps} steps"
                  + _loss_extras(recipe))
-    lines.append(f"   {training['steps']} steps x {training['batch_size']} queries, lr {training['lr']:g} "
-                 f"({training['schedule']}, warm-up {training['lr_warmup_steps']}), max length q {training['max_length_query']} "
-                 f"/ d {training['max_length_doc']}, {training['dtype']}, checkpoint every {training['save_every']}")
+    lines.append(f"   {training.steps} steps x {training.batch_size} queries, lr {training.lr:g} "
+                 f"({training.schedule}, warm-up {training.lr_warmup_steps}), max length q {training.max_length_query} "
+                 f"/ d {training.max_length_doc}, {training.dtype}, checkpoint every {training.save_every}")
     lines.append("inputs:")
     for label, kind, value in required_inputs(recipe, output):
         where, problem = availability(kind, value, data_dir, model_dir)
@@ -171,9 +172,9 @@ def describe_plan(recipe: Recipe, output: Path, data_dir, model_dir, gpu_tflops:
 def _loss_extras(recipe: Recipe) -> str:
     """The non-default document-term and activation settings, as the plan's loss line ends."""
     loss = recipe.loss
-    threshold = loss["doc_active_threshold"]
+    threshold = loss.doc_active_threshold
     extras = [f"d on documents over {threshold} active terms"] if threshold is not None else []
-    extras += ["d summed over group positions"] if loss["doc_flops_by_position"] else []
+    extras += ["d summed over group positions"] if loss.doc_flops_by_position else []
     extras += [f"activation {recipe.activation}"] if recipe.activation != "log1p" else []
     return "".join(f", {extra}" for extra in extras)
 

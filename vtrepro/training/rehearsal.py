@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ruamel.yaml.comments import CommentedMap
 
@@ -29,7 +28,7 @@ from vtrepro.data.standins import (
     write_tsv,
 )
 from vtrepro.training.inputs import required_inputs
-from vtrepro.training.recipe import Recipe, find_recipe, load_recipe
+from vtrepro.training.recipe import DataOptions, PairsData, Recipe, find_recipe, load_recipe
 from vtrepro.training.standins import write_standin_model
 
 logger = logging.getLogger(__name__)
@@ -106,9 +105,9 @@ class Rehearsal:
         self.note(f"dataset {name}: a BEIR folder of {len(Collection.make(name).documents)} documents "
                    f"({', '.join(SPLITS)} qrels)")
 
-    def file(self, label: str, value: str, data: dict[str, Any]) -> None:
+    def file(self, label: str, value: str, data: DataOptions | None = None) -> None:
         """A stand-in for the data file ``value`` (relative to the data root) that recipe key ``label`` names,
-        in that file's published format, under :attr:`data_dir`."""
+        in that file's published format, under :attr:`data_dir`; ``data``: the recipe's data block, for its files."""
         if Path(value).is_absolute() or ".." in Path(value).parts:
             raise VtreproError(f"{label} {value}: a rehearsal stands in for data files named relative to "
                                "--data-dir only")
@@ -123,10 +122,10 @@ class Rehearsal:
             write_teacher_scores(path, msmarco)
         elif label == "data.collection" or path.name.endswith(".tsv"):
             write_tsv(path, msmarco.documents)
-        elif label == "data.path" and data["format"] == "pairs":
-            write_pairs(path, msmarco, data["query_field"], data["document_field"])
+        elif label == "data.path" and isinstance(data, PairsData):
+            write_pairs(path, msmarco, data.query_field, data.document_field)
         elif label == "data.path":
-            raise VtreproError(f"data.path {value}: a rehearsal has no stand-in for {data['format']} files; "
+            raise VtreproError(f"data.path {value}: a rehearsal has no stand-in for {data.format if data else 'such'} files; "
                                "rehearse a recipe with beir, msmarco or pairs data")
         else:
             write_text_corpus(path, msmarco)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from vtrepro.model.options import EncoderOptions
 from vtrepro.model.splade import mlm_head_transform, splade_activation
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ class SpladeModel(nn.Module):
 
     keep: Tensor  # buffer: 0.0 for special-token terms and ids past the tokenizer, else 1.0
 
-    def __init__(self, name: str, mlm: PreTrainedModel, tokenizer: Any, activation: str = "log1p"):
+    def __init__(self, name: str, mlm: PreTrainedModel, tokenizer: Any, activation: str = EncoderOptions.activation):
         super().__init__()
         self.mlm = mlm
         self.activation = activation

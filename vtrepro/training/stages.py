@@ -1,14 +1,16 @@
 """Pipeline stages that turn one checkpoint into another: vocabulary transfer, MLM adaptation and
 calibration. A recipe's ``stages:`` list and a spec condition's ``transfer:``/``calibrate:`` blocks
-are read here as the owning modules' options (:data:`STAGE_OPTIONS`), and both run through
-:func:`run_stage`."""
+are read here as the owning modules' options (:data:`STAGE_OPTIONS`), and both launch them as
+:func:`stage_job` (:mod:`vtrepro.core.launch`), in process through :func:`run_stage`."""
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vtrepro.core.launch import Job
 from vtrepro.core.options import Options
 from vtrepro.core.schema import Checker
 from vtrepro.data.availability import data_path
@@ -35,6 +37,13 @@ class Stage:
 def read_stage(check: Checker, parent: Any, key: Any, name: str, where: str) -> Stage:
     """``parent[key]`` read as the options of stage ``name``, checked completely."""
     return Stage(name, STAGE_OPTIONS[name].read(check, parent, key, where))
+
+
+def stage_job(stage: Stage, model: str, out: Path) -> Job:
+    """``stage`` from ``model`` into ``out`` as a job of :func:`vtrepro.core.launch.launch`: the command
+    ``python -m vtrepro <stage> --model M --output OUT <options>``, run in process by :func:`run_stage`."""
+    return Job(stage.name, ("--model", model, "--output", str(out)), (stage.options,),
+               functools.partial(run_stage, stage, model, out))
 
 
 def run_stage(stage: Stage, model: str, out: Path, data_dir: str | Path | None, model_dir: str | Path | None,

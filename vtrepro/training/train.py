@@ -34,6 +34,7 @@ from vtrepro.core.cli import (
     positive_float,
 )
 from vtrepro.core.io import check_output
+from vtrepro.core.launch import Shared, launch
 from vtrepro.model.loading import resolve_model
 from vtrepro.training.inputs import check_inputs, required_inputs
 from vtrepro.training.plan import DEFAULT_GPU_TFLOPS, check_recipe_lengths, describe_plan, estimate_cost
@@ -46,7 +47,7 @@ from vtrepro.training.rehearsal import (
     write_rehearsal_record,
 )
 from vtrepro.training.run_folder import FAILED_NAME, PREPARED_NAME, stage_dir
-from vtrepro.training.stages import run_stage
+from vtrepro.training.stages import stage_job
 
 # torch, the processes and the trainer are imported where training starts, on purpose: `--help` and
 # `--dry-run` stay fast.
@@ -57,14 +58,13 @@ logger = logging.getLogger(__name__)
 
 
 def run_stages(recipe: Recipe, output: Path, data_dir, model_dir, processes: Processes) -> str:
-    """Run the unfinished stages (on rank 0, each into its own folder of the run, skipped on a rerun)
-    and return the model training starts from."""
-    current = recipe.model
+    """Run the unfinished stages in process (on rank 0, each into its own folder of the run, skipped on a
+    rerun; the recipe's grant to run model code passed to each) and return the model training starts from."""
+    current, shared = recipe.model, Shared(data_dir, model_dir, recipe.trust_remote_code)
     for index, stage in enumerate(recipe.stages):
         out = stage_dir(output, index, stage)
         if not out.is_dir():
-            processes.main_first(output, out, functools.partial(run_stage, stage, current, out, data_dir, model_dir,
-                                                                recipe.trust_remote_code))
+            processes.main_first(output, out, functools.partial(launch, stage_job(stage, current, out), shared))
         current = str(out)
     return current
 
@@ -77,8 +77,8 @@ def run_recipe(recipe: Recipe, output: Path, data_dir=None, model_dir=None) -> P
     from vtrepro.training.trainer import Trainer
 
     processes = Processes.start()
-    if processes.device.type == "cpu" and recipe.training["cpu_threads"]:
-        torch.set_num_threads(recipe.training["cpu_threads"])  # CPU float sums depend on the thread count
+    if processes.device.type == "cpu" and recipe.training.cpu_threads:
+        torch.set_num_threads(recipe.training.cpu_threads)  # CPU float sums depend on the thread count
     try:
         check_inputs(recipe, output, data_dir, model_dir)
         if processes.main:

@@ -26,7 +26,7 @@ from vtrepro.model.splade import write_activation
 from vtrepro.training import data as training_data
 from vtrepro.training import losses
 from vtrepro.training.distributed import Processes, rng_state, set_rng_state
-from vtrepro.training.recipe import Recipe
+from vtrepro.training.recipe import BeirData, MsmarcoData, PairsData, Recipe, TriplesData
 from vtrepro.training.run_folder import (
     LOG_NAME,
     PLOT_NAME,
@@ -49,22 +49,23 @@ logger = logging.getLogger(__name__)
 def build_training_set(recipe: Recipe, data_dir, cache_dir: Path):
     """The recipe's training examples (BM25 negatives mined into ``cache_dir`` once)."""
     data = recipe.data
-    if data["format"] == "triples":
-        return training_data.TriplesTrainingSet(data_path(data["path"], data_dir))
-    if data["format"] == "pairs":
+    if isinstance(data, TriplesData):
+        return training_data.TriplesTrainingSet(data_path(data.path, data_dir))
+    if isinstance(data, PairsData):
         source = training_data.PairsSource(
-            data_path(data["path"], data_dir) if data["path"] else None, data["hub"], data["split"],
-            (data["query_field"], data["document_field"]), data["max_examples"], data["held_out"])
-        return training_data.pairs_training_set(source, recipe.training["seed"])
-    if data["format"] == "beir":
-        pairs_from = training_data.BeirPairs(data["negatives"], data["mining"], data["depth"], data["min_relevance"])
-        examples = training_data.beir_training_set(data["dataset"], data_dir, data["split"], pairs_from, cache_dir)
+            data_path(data.path, data_dir) if data.path else None, data.hub, data.split,
+            (data.query_field, data.document_field), data.max_examples, data.held_out)
+        return training_data.pairs_training_set(source, recipe.training.seed)
+    if isinstance(data, BeirData):
+        pairs_from = training_data.BeirPairs(data.negatives, data.mining, data.depth, data.min_relevance)
+        examples = training_data.beir_training_set(data.dataset, data_dir, data.split, pairs_from, cache_dir)
     else:
+        assert isinstance(data, MsmarcoData)
         examples = training_data.msmarco_training_set(
-            data_path(data["hard_negatives"], data_dir), data_path(data["collection"], data_dir),
-            data_path(data["queries"], data_dir), data["negatives"], data["systems"], data["per_system"])
-    if data["teacher"]:
-        examples = training_data.with_teacher(examples, data_path(data["teacher"], data_dir))
+            data_path(data.hard_negatives, data_dir), data_path(data.collection, data_dir),
+            data_path(data.queries, data_dir), data.negatives, data.systems, data.per_system)
+    if data.teacher:
+        examples = training_data.with_teacher(examples, data_path(data.teacher, data_dir))
     return examples
 
 
@@ -74,9 +75,10 @@ def idf_texts(recipe: Recipe, data_dir):
         source = recipe.idf_corpus
         path = data_path(source, data_dir)
         return dataset_or_file_texts(str(path) if path.is_file() else source, data_dir)
-    if recipe.data["format"] == "beir":
-        return dataset_or_file_texts(recipe.data["dataset"], data_dir)
-    return dataset_or_file_texts(str(data_path(recipe.data["collection"], data_dir)), data_dir)
+    if isinstance(recipe.data, BeirData):
+        return dataset_or_file_texts(recipe.data.dataset, data_dir)
+    assert isinstance(recipe.data, MsmarcoData)
+    return dataset_or_file_texts(str(data_path(recipe.data.collection, data_dir)), data_dir)
 
 
 class Trainer:
@@ -85,11 +87,11 @@ class Trainer:
     def __init__(self, recipe: Recipe, start: str, output: Path, data_dir, model_dir, processes: Processes):
         self.recipe, self.output, self.processes = recipe, output, processes
         self.training, self.loss_config = recipe.training, recipe.loss
-        if self.training["batch_size"] % processes.world:
-            raise VtreproError(f"{recipe.path}: training.batch_size {self.training['batch_size']} is the global batch "
+        if self.training.batch_size % processes.world:
+            raise VtreproError(f"{recipe.path}: training.batch_size {self.training.batch_size} is the global batch "
                                f"and must be divisible by the {processes.world} processes")
         self.checkpoint = latest_checkpoint(output)
-        fields = read_trainer_fields(self.checkpoint, self.training["steps"]) if self.checkpoint is not None else None
+        fields = read_trainer_fields(self.checkpoint, self.training.steps) if self.checkpoint is not None else None
         if fields is not None and fields["fingerprint"] != recipe.fingerprint():
             raise VtreproError(f"{output}: holds checkpoints of a different recipe (or older settings); "
                                "choose another --output or remove it to start over")
@@ -97,16 +99,16 @@ class Trainer:
         params = [parameter for parameter in self.model.parameters() if parameter.requires_grad]
         decay = [parameter for parameter in params if parameter.ndim > 1]
         no_decay = [parameter for parameter in params if parameter.ndim <= 1]
-        self.optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": self.training["weight_decay"]},
-                                            {"params": no_decay, "weight_decay": 0.0}], lr=self.training["lr"])
+        self.optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": self.training.weight_decay},
+                                            {"params": no_decay, "weight_decay": 0.0}], lr=self.training.lr)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(
-            self.training["schedule"], self.training["lr_warmup_steps"], self.training["steps"]))
+            self.training.schedule, self.training.lr_warmup_steps, self.training.steps))
         self.state: TrainerState | None = None
         if self.checkpoint is not None and fields is not None:  # checked before the data work below
             self.state = read_trainer_state(self.checkpoint, fields, self.optimizer, self.scheduler)
         self._prepare_data(data_dir)
         self.step = 0
-        torch.manual_seed(self.training["seed"] + processes.rank)
+        torch.manual_seed(self.training.seed + processes.rank)
         if processes.device.type == "cpu":
             self._pin_cpu_threads()
         if self.state is not None:
@@ -131,7 +133,7 @@ class Trainer:
         default (cores, affinity, OMP_NUM_THREADS) need not be the interrupted run's; pinning also turns off
         MKL's dynamic thread choice."""
         saved = self.state.cpu_threads if self.state is not None else None
-        threads = self.training["cpu_threads"] or saved or torch.get_num_threads()
+        threads = self.training.cpu_threads or saved or torch.get_num_threads()
         if saved and threads != saved and self.processes.main:
             logger.warning(f"resuming a run trained with {saved} CPU threads with {threads} (training.cpu_threads): "
                            "later steps will differ in their last bits")
@@ -140,15 +142,15 @@ class Trainer:
     def _load_model(self, start: str, model_dir) -> None:
         source = str(self.checkpoint) if self.checkpoint is not None else start
         mlm, self.tokenizer = load_masked_lm(source, model_dir, self.recipe.trust_remote_code)
-        for name, value in (("max_length_query", self.training["max_length_query"]),
-                            ("max_length_doc", self.training["max_length_doc"])):
+        for name, value in (("max_length_query", self.training.max_length_query),
+                            ("max_length_doc", self.training.max_length_doc)):
             limit = getattr(mlm.config, "max_position_embeddings", None)
             if limit is not None and value > limit:
                 raise VtreproError(f"{self.recipe.path}: training.{name} {value} exceeds the model's limit "
                                    f"of {limit} tokens")
         self.model = SpladeModel(source, mlm, self.tokenizer, self.recipe.activation).to(self.processes.device)
-        if self.training["dropout"] is not None:
-            set_dropout(self.model, self.training["dropout"])
+        if self.training.dropout is not None:
+            set_dropout(self.model, self.training.dropout)
         self.model.train()
 
     def _prepare_data(self, data_dir) -> None:
@@ -170,7 +172,7 @@ class Trainer:
         self.idf = None
         if self.recipe.query_encoder == "idf":
             self.idf = IdfQueryEncoder(self.tokenizer, json.loads((cache / IDF_NAME).read_text(encoding="utf-8")),
-                                       self.training["max_length_query"])
+                                       self.training.max_length_query)
 
     def _tokenize(self, texts: list[str], max_length: int) -> dict[str, Tensor]:
         batch = self.tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
@@ -179,33 +181,33 @@ class Trainer:
     def compute(self, step: int) -> tuple[Tensor, dict[str, float]]:
         """Loss of 0-based ``step`` over the global batch, and its metrics."""
         training, config, processes = self.training, self.loss_config, self.processes
-        examples = training_data.batch_examples(self.data, step, training["batch_size"], training["seed"],
+        examples = training_data.batch_examples(self.data, step, training.batch_size, training.seed,
                                   (processes.rank, processes.world))
         queries = [example.query for example in examples]
         documents = [self._tokenize([text for example in examples for text in example.documents],
-                                    training["max_length_doc"])]
-        with torch.autocast(processes.device.type, dtype=torch.bfloat16, enabled=training["dtype"] == "bfloat16"):
+                                    training.max_length_doc)]
+        with torch.autocast(processes.device.type, dtype=torch.bfloat16, enabled=training.dtype == "bfloat16"):
             if self.idf is None:
-                query_reps, doc_reps = self.ddp(self._tokenize(queries, training["max_length_query"]), *documents)
+                query_reps, doc_reps = self.ddp(self._tokenize(queries, training.max_length_query), *documents)
             else:
                 (doc_reps,) = self.ddp(*documents)
                 query_reps = self.idf.dense(queries, doc_reps.shape[1]).to(processes.device)
         query_reps, doc_reps = processes.gather(query_reps), processes.gather(doc_reps)
-        if config["ranking"] == "infonce":
-            ranking = losses.info_nce(query_reps, doc_reps, config["temperature"], config["in_batch_negatives"])
+        if config.ranking == "infonce":
+            ranking = losses.info_nce(query_reps, doc_reps, config.temperature, config.in_batch_negatives)
         else:
             teacher = processes.gather(torch.tensor([example.teacher for example in examples], device=processes.device))
             student = losses.group_scores(query_reps, doc_reps)
-            ranking = (losses.margin_mse(student, teacher) if config["ranking"] == "margin_mse"
-                       else losses.kl_distillation(student, teacher, config["temperature"]))
+            ranking = (losses.margin_mse(student, teacher) if config.ranking == "margin_mse"
+                       else losses.kl_distillation(student, teacher, config.temperature))
         regularizers = {"flops": losses.flops, "l1": losses.l1}
-        positions = self.recipe.group_size if config["doc_flops_by_position"] else 1
-        lambda_q = losses.warmup_weight(config["lambda_q"], step + 1, config["flops_warmup_steps"])
-        lambda_d = losses.warmup_weight(config["lambda_d"], step + 1, config["flops_warmup_steps"])
+        positions = self.recipe.group_size if config.doc_flops_by_position else 1
+        lambda_q = losses.warmup_weight(config.lambda_q, step + 1, config.flops_warmup_steps)
+        lambda_d = losses.warmup_weight(config.lambda_d, step + 1, config.flops_warmup_steps)
         regularization = lambda_d * losses.document_regularizer(
-            doc_reps, config["doc_regularizer"], config["doc_active_threshold"], positions)
+            doc_reps, config.doc_regularizer, config.doc_active_threshold, positions)
         if self.idf is None:
-            regularization = regularization + lambda_q * regularizers[config["query_regularizer"]](query_reps)
+            regularization = regularization + lambda_q * regularizers[config.query_regularizer](query_reps)
         loss = ranking + regularization
         with torch.no_grad():
             metrics = {"loss": loss.item(), "ranking_loss": ranking.item(), "regularization": float(regularization),
@@ -221,15 +223,15 @@ class Trainer:
         log_path = self.output / LOG_NAME
         if processes.main:
             truncate_log(log_path, self.step)
-        progress = Progress(training["steps"], "train", "step", initial=self.step, enabled=processes.main)
+        progress = Progress(training.steps, "train", "step", initial=self.step, enabled=processes.main)
         with open(log_path, "a", encoding="utf-8") if processes.main else open(os.devnull, "w") as log:
-            while self.step < training["steps"]:
+            while self.step < training.steps:
                 started = time.perf_counter()
                 loss, metrics = self.compute(self.step)
                 self.optimizer.zero_grad(set_to_none=True)
                 (loss * processes.world).backward()  # DDP averages gradients; the loss is already global
-                if training["max_grad_norm"] is not None:
-                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), training["max_grad_norm"])
+                if training.max_grad_norm is not None:
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), training.max_grad_norm)
                 metrics["lr"] = cast(float, self.scheduler.get_last_lr()[0])  # a float: the optimizer's lr is one
                 self.optimizer.step()
                 self.scheduler.step()
@@ -240,7 +242,7 @@ class Trainer:
                 progress.set_postfix(loss=f"{metrics['loss']:.3f}", flops_d=f"{metrics['flops_d']:.2f}",
                                      active_d=f"{metrics['active_d']:.0f}", active_q=f"{metrics['active_q']:.0f}")
                 progress.update()
-                if self.step % training["save_every"] == 0 and self.step < training["steps"]:
+                if self.step % training.save_every == 0 and self.step < training.steps:
                     self.save_checkpoint()
         progress.close()
         return self.save_final()
@@ -261,11 +263,11 @@ class Trainer:
 
             def extra(folder: Path) -> None:
                 self._extra_files(folder)
-                write_trainer_state(folder, state, examples_seen=self.step * self.training["batch_size"])
+                write_trainer_state(folder, state, examples_seen=self.step * self.training.batch_size)
 
             checkpoints.save_checkpoint(self.output / f"checkpoint-{self.step:06d}", self.model.mlm, self.tokenizer,
                                         extra=extra, replace=True)
-            for old in sorted(self.output.glob("checkpoint-*"))[:-self.training["keep_checkpoints"]]:
+            for old in sorted(self.output.glob("checkpoint-*"))[:-self.training.keep_checkpoints]:
                 shutil.rmtree(old)
             plot_curves(self.output / LOG_NAME, self.output / PLOT_NAME)
         self.processes.barrier()

@@ -115,7 +115,7 @@ class CalibrationOptions(Options):
         return DEFAULT_CUT_PERCENT if self.cut_percent is None else self.cut_percent
 
 
-def sample_texts(texts: Sequence[str], max_sample: int, seed: int = 0) -> list[str]:
+def sample_texts(texts: Sequence[str], max_sample: int, seed: int) -> list[str]:
     """All texts, or a seeded sample of ``max_sample`` of them in their original order."""
     import torch
 

@@ -45,7 +45,7 @@ def _restricted_tokenizer(tokenizer: PreTrainedTokenizerBase, kept: list[str]) -
 
 
 def make_leaveout_source(
-    model_path: str | Path, fraction: float = 0.1, seed: int = 0
+    model_path: str | Path, fraction: float, seed: int
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, list[str]]:
     """A WordPiece masked LM with a seeded ``fraction`` of its ordinary tokens removed.
 

@@ -73,8 +73,8 @@ def topology_weights(
     reference: Tensor,
     overlap: list[int],
     new: list[int],
-    temperature: float = 1.0,
-    similarity: str = "cosine",
+    temperature: float,
+    similarity: str,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> Tensor:
     """Sparse ``(len(new), len(overlap))`` sparsemax weights from cosine similarity in ``reference`` space.

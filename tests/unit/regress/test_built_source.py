@@ -58,7 +58,7 @@ def test_the_source_is_built_once_for_every_condition(tmp_path, monkeypatch):
         Path(folder).mkdir(parents=True)
 
     monkeypatch.setattr("vtrepro.vocabulary.gpt2.write_round_trip_source", write_source)
-    monkeypatch.setattr("vtrepro.regress.conditions.run_stage", lambda stage, model, out, **_: Path(out).mkdir(parents=True))
+    monkeypatch.setattr("vtrepro.training.stages.run_stage", lambda stage, model, out, **_: Path(out).mkdir(parents=True))
     spec = tmp_path / "spec.yaml"
     spec.write_text(BUILT + BUILT.replace("conditions:\n  vt:", "  again:"))
     run_dir = tmp_path / "runs" / "spec"

@@ -5,6 +5,7 @@ import pytest
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.regress.spec import REGRESSIONS_DIR, find_spec, load_spec, record_observed
+from vtrepro.search.runs import Bm25Options
 
 VALID = """\
 # a comment that must survive --record
@@ -38,7 +39,7 @@ def test_valid_spec_loads_with_defaults(tmp_path):
     spec = load_spec(write(tmp_path, VALID))
     assert spec.name == "spec" and spec.metrics == ("ndcg@10", "recall@100") and spec.k == 1000
     bm25, tiny = spec.conditions
-    assert bm25.retrieval == "bm25" and bm25.bm25 == {"k1": 0.9, "b": 0.4}
+    assert bm25.retrieval == "bm25" and bm25.bm25 == Bm25Options(k1=0.9, b=0.4)
     assert bm25.datasets[0].scores == {"ndcg@10": 0.6789, "recall@100": None}
     assert tiny.retrieval == "impact" and tiny.encoder.max_length_doc == 256 and tiny.encoder.max_length_query == 64
     assert tiny.quantization.rounding == "half-up" and tiny.datasets[0].scores == {}

@@ -151,7 +151,7 @@ def test_flops_threshold_is_the_other_spelling_of_doc_active_threshold(tmp_path:
     ours = load_recipe(write_recipe(tmp_path / "ours.yaml", RECIPE))
     theirs_loss = {"ranking": "infonce", "lambda_d": 0.08, "flops_threshold": 150}
     theirs = load_recipe(write_recipe(tmp_path / "theirs.yaml", {**RECIPE, "loss": theirs_loss}))
-    assert theirs.loss == ours.loss and theirs.loss["doc_active_threshold"] == 150
+    assert theirs.loss == ours.loss and theirs.loss.doc_active_threshold == 150
     assert theirs.fingerprint() == ours.fingerprint()
     both = {**RECIPE["loss"], "flops_threshold": 150}
     with pytest.raises(VtreproError, match=r"both\.yaml:\d+: loss\.flops_threshold is another spelling of "
@@ -199,7 +199,7 @@ def test_the_authors_loss_names_are_read_as_vtrepros(tmp_path: Path) -> None:
         recipe = {**distilled, "loss": {**RECIPE["loss"], "ranking": theirs}}
         same = {**distilled, "loss": {**RECIPE["loss"], "ranking": ours}}
         read = load_recipe(write_recipe(tmp_path / f"{theirs}.yaml", recipe))
-        assert read.loss["ranking"] == ours
+        assert read.loss.ranking == ours
         assert read.fingerprint() == load_recipe(write_recipe(tmp_path / f"{ours}.yaml", same)).fingerprint()
 
 
@@ -210,10 +210,10 @@ def test_the_authors_later_recipes_read_as_their_configs() -> None:
     l0, mdbert, emb = (load_recipe(name) for name in ("authors_l0", "modernbert_mdbert_ft", "modernbert_mdbert_emb_ft"))
     # config_mdbert_ft.yaml lines 9-34 are config_l0.yaml's but output_dir and save_steps.
     assert l0.data == mdbert.data == emb.data and l0.loss == mdbert.loss == emb.loss
-    assert {**l0.training, "save_every": 0} == {**mdbert.training, "save_every": 0} == {**emb.training, "save_every": 0}
-    assert (l0.activation, l0.query_encoder, l0.loss["ranking"], l0.loss["doc_active_threshold"]) == (
+    assert l0.training.replace(save_every=1) == mdbert.training.replace(save_every=1) == emb.training.replace(save_every=1)
+    assert (l0.activation, l0.query_encoder, l0.loss.ranking, l0.loss.doc_active_threshold) == (
         "log1p-log1p", "idf", "kl", 150)
-    assert l0.loss["doc_flops_by_position"] and l0.loss["lambda_d"] == 0.08 and l0.loss["flops_warmup_steps"] == 40_000
+    assert l0.loss.doc_flops_by_position and l0.loss.lambda_d == 0.08 and l0.loss.flops_warmup_steps == 40_000
     full, embeddings_only = mdbert.stages[1].options.to_dict(), emb.stages[1].options.to_dict()
     assert not full["train_only_embeddings"] and embeddings_only["train_only_embeddings"]
     assert {**full, "train_only_embeddings": True} == embeddings_only

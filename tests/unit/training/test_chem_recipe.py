@@ -20,20 +20,20 @@ CHEM = RECIPES_DIR / "chem_splade.yaml"
 def test_chem_recipe_holds_the_authors_values() -> None:
     recipe = load_recipe("chem_splade")
     assert recipe.model == "mlm_model-1000-b3" and recipe.query_encoder == "splade" and not recipe.stages
-    assert recipe.data == {
+    assert recipe.data.to_dict() == {
         "format": "pairs", "hub": "BASF-AI/dolma-chem-only-query-generated", "path": None, "split": "train",
         "query_field": "generated_query", "document_field": "paragraph", "max_examples": 200_000,
         "held_out": 5_000, "negatives": 0, "teacher": None}
     loss = recipe.loss
-    assert (loss["ranking"], loss["temperature"], loss["in_batch_negatives"]) == ("infonce", 1.0, True)
-    assert (loss["lambda_q"], loss["lambda_d"]) == (0.0, 3e-3)
-    assert loss["query_regularizer"] == loss["doc_regularizer"] == "flops"
+    assert (loss.ranking, loss.temperature, loss.in_batch_negatives) == ("infonce", 1.0, True)
+    assert (loss.lambda_q, loss.lambda_d) == (0.0, 3e-3)
+    assert loss.query_regularizer == loss.doc_regularizer == "flops"
     training = recipe.training
     # one epoch of 200,000 pairs at 16 per device x 8 processes; sentence-transformers' regularizer warm-up is a third
-    assert training["steps"] == -(-200_000 // (16 * 8)) == 1563 and training["batch_size"] == 128
-    assert training["lr_warmup_steps"] == int(np.ceil(0.1 * 1563)) and loss["flops_warmup_steps"] == 1563 // 3
-    assert (training["lr"], training["seed"], training["schedule"], training["weight_decay"]) == (2e-5, 12, "linear", 0.0)
-    assert training["max_length_query"] == training["max_length_doc"] == 512
+    assert training.steps == -(-200_000 // (16 * 8)) == 1563 and training.batch_size == 128
+    assert training.lr_warmup_steps == int(np.ceil(0.1 * 1563)) and loss.flops_warmup_steps == 1563 // 3
+    assert (training.lr, training.seed, training.schedule, training.weight_decay) == (2e-5, 12, "linear", 0.0)
+    assert training.max_length_query == training.max_length_doc == 512
 
 
 def test_every_chem_value_cites_its_source() -> None:

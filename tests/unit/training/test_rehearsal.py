@@ -64,7 +64,7 @@ def test_a_model_of_unknown_family_is_one_line(tmp_path: Path) -> None:
 def test_a_recipe_is_scaled_and_its_inputs_stood_in_for(tmp_path: Path) -> None:
     rehearsal = Rehearsal(tmp_path / "standins")
     recipe = rehearsal_recipe("modernbert_vt_idf", rehearsal)
-    assert recipe.name == "modernbert_vt_idf" and recipe.training["steps"] == 2 and recipe.training["batch_size"] == 4
+    assert recipe.name == "modernbert_vt_idf" and recipe.training.steps == 2 and recipe.training.batch_size == 4
     assert [stage.options.to_dict().get("steps") for stage in recipe.stages][1] == 2
     assert "modernbert_vt_idf: training.steps 150000 -> 2" in rehearsal.scaled
     teacher = rehearsal.data_dir / "msmarco-hard-negatives" / "cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz"

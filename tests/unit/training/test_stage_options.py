@@ -83,7 +83,7 @@ def test_old_spellings_read_with_a_notice_and_keep_the_fingerprint(tmp_path: Pat
     assert "old.yaml:4: 'precision: bf16' is deprecated; write 'dtype: bfloat16'" in caplog.text
     assert "old.yaml:7: 'precision: bf16' is deprecated; write 'dtype: bfloat16'" in caplog.text
     new = load_recipe(tmp_path / "new.yaml")
-    assert old.training["dtype"] == old.stages[1].options.to_dict()["dtype"] == "bfloat16"
+    assert old.training.dtype == old.stages[1].options.to_dict()["dtype"] == "bfloat16"
     assert old.fingerprint() == new.fingerprint() == OLD_SPELLING_FINGERPRINT
 
 

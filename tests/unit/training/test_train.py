@@ -22,6 +22,7 @@ import helpers
 from helpers import REPO_ROOT, write_recipe
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import read_jsonl
+from vtrepro.core.launch import Job, command_line
 from vtrepro.training.data import (
     PairTrainingSet,
     TriplesTrainingSet,
@@ -76,7 +77,7 @@ def nfcorpus_triples(tmp_path_factory, data_dir: Path) -> Path:
 
 def test_shipped_recipes_validate() -> None:
     tiny = load_recipe(RECIPES / "splade_tiny_nfcorpus.yaml")
-    assert tiny.data["format"] == "beir" and tiny.loss["ranking"] == "infonce"
+    assert tiny.data.format == "beir" and tiny.loss.ranking == "infonce"
     for init in ("topology", "random"):  # regressions/vt_leaveout_splade_tiny_ft.yaml compares them
         leaveout = load_recipe(f"vt_leaveout_{init}_nfcorpus")
         assert leaveout.stages[0].options.to_dict()["leaveout"] == {"fraction": 0.1, "seed": 0}
@@ -85,11 +86,11 @@ def test_shipped_recipes_validate() -> None:
             tiny.model, tiny.data, tiny.loss, tiny.training)  # trained exactly like splade-tiny
     paper = load_recipe("modernbert_vt")
     assert [stage.name for stage in paper.stages] == ["transfer", "mlm", "calibrate"]
-    assert paper.loss["ranking"] == "margin_mse" and paper.data["format"] == "msmarco"
+    assert paper.loss.ranking == "margin_mse" and paper.data.format == "msmarco"
     assert paper.stages[1].options.to_dict()["steps"] == 20_000 and paper.stages[2].options.to_dict()["cut_percent"] == 60
     assert [stage.options.to_dict()["preset"] for stage in paper.stages] == ["authors"] * 3
     own = load_recipe("modernbert_vt_vtrepro")
-    assert [stage.options.to_dict()["preset"] for stage in own.stages] == ["vtrepro"] * 3 and own.loss["lambda_q"] == 0.5
+    assert [stage.options.to_dict()["preset"] for stage in own.stages] == ["vtrepro"] * 3 and own.loss.lambda_q == 0.5
 
 
 @pytest.mark.parametrize("recipe", sorted(path.stem for path in RECIPES.glob("*.yaml")))
@@ -107,7 +108,7 @@ def test_paper_conditions_share_the_authors_training_values() -> None:
         recipe = load_recipe(name)
         assert (recipe.data, recipe.training) == (paper.data, paper.training), name
         assert recipe.stages in ((), paper.stages), name
-    assert load_recipe("modernbert_vt_idf").loss == {**paper.loss, "lambda_q": 0.0}
+    assert load_recipe("modernbert_vt_idf").loss == paper.loss.replace(lambda_q=0.0)
 
 
 def test_paper_recipe_dry_run_prints_plan_and_cost(capsys, monkeypatch) -> None:
@@ -326,9 +327,9 @@ def _train_command(config: Path, output: Path) -> list[str]:
 def test_two_processes_follow_the_single_process_trajectory(tmp_path, splade_tiny, nfcorpus_triples) -> None:
     config = write_recipe(tmp_path / "ddp.yaml", tiny_recipe(splade_tiny, nfcorpus_triples, dropout=0.0))
     subprocess.run(_train_command(config, tmp_path / "one"), check=True, cwd=REPO, capture_output=True, timeout=300)
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    subprocess.run([*torchrun, *_train_command(config, tmp_path / "two")[1:]], check=True, cwd=REPO,
-                   capture_output=True, timeout=300)
+    two = Job("train", ("--recipe", str(config), "--output", str(tmp_path / "two")))
+    subprocess.run(command_line(two, mode="torchrun", processes=2), check=True, cwd=REPO, capture_output=True,
+                   timeout=300)
     single, double = losses_of(tmp_path / "one"), losses_of(tmp_path / "two")
     assert len(single) == len(double) == 6 and len(set(single)) == 6
     assert double == pytest.approx(single, rel=1e-4)
