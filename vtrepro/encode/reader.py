@@ -7,6 +7,8 @@ out-of-range impact it would truncate, an empty document it would drop.
 """
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -20,6 +22,30 @@ MAX_VECTOR_TERMS = 1_000_000
 """Distinct terms of one vector: no vocabulary vtrepro encodes with holds more (``vocabulary.calibrate.MAX_VOCABULARY``)."""
 
 Vector = dict[str, int]
+
+logger = logging.getLogger(__name__)
+
+_full_reads: Counter[Path] = Counter()
+"""Full reads of each vector file (resolved path) since the process started or the command running in it
+(:func:`reset_full_reads`): by :func:`read_vectors`, or by Anserini when an index is built (:func:`count_full_read`)."""
+
+
+def count_full_read(files: list[Path], by: str) -> None:
+    """Count one full read of each of ``files`` (``by``: who reads them) and say so at debug level."""
+    for path in files:
+        _full_reads[path.resolve()] += 1
+    where = files[0] if len(files) == 1 else f"{len(files)} files in {files[0].parent}" if files else "no file"
+    logger.debug(f"full read of the vectors: {where} ({by})")
+
+
+def reset_full_reads() -> None:
+    """Count from zero again (a command counts its own reads)."""
+    _full_reads.clear()
+
+
+def full_reads(files: list[Path]) -> int:
+    """How often this process has read ``files`` whole: the most reads of any one of them."""
+    return max((_full_reads[path.resolve()] for path in files), default=0)
 
 
 def vector_files(folder: str | Path) -> list[Path]:
@@ -61,8 +87,11 @@ def _checked_vector(path: Path, line: int, record: Mapping, allow_empty: bool) -
 
 
 def read_vectors(files: list[Path] | Path, allow_empty: bool = False) -> Iterator[tuple[Path, int, str, Vector]]:
-    """Yield ``(file, line, id, vector)`` of every record, each checked; one file or several."""
-    for path in [files] if isinstance(files, Path) else files:
+    """Yield ``(file, line, id, vector)`` of every record, each checked; one file or several (each read
+    counted, :func:`count_full_read`)."""
+    paths = [files] if isinstance(files, Path) else files
+    count_full_read(paths, "vtrepro's checked reader")
+    for path in paths:
         for line, record in read_jsonl(path):
             yield (path, line, *_checked_vector(path, line, record, allow_empty))
 
