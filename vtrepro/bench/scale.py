@@ -4,9 +4,9 @@ No corpus of that size is encoded here (encoding is measured by ``bench encode``
 synthetic, drawn from statistics fitted to a real encoding (:func:`fit_statistics`): the number of terms per
 document, each term's document frequency and the impact values, all as observed (splade-tiny's SciFact
 vectors by default). Each size then runs, each stage in a fresh process so that its peak memory is its own:
-writing the vectors, fingerprinting them, the Lucene and the PISA index builds, search with both engines at
-``k`` 10 and 1000 (one thread, the real queries of the fitted encoding; the runs must be identical) and
-evaluation against synthetic judgments. Printed and written as JSON: seconds, peak RSS, size on disk,
+writing the vectors, one pass fingerprinting them and taking statistics, the Lucene and the PISA index builds,
+search with both engines at ``k`` 10 and 1000 (one thread, the real queries of the fitted encoding; the runs must
+be identical) and evaluation against synthetic judgments. Printed and written as JSON: seconds, peak RSS, size on disk,
 queries/s and latency per stage and size, and each stage's growth exponent (the slope of log seconds over
 log documents; 1 is linear).
 """
@@ -185,11 +185,12 @@ def _write_job(statistics: CollectionStatistics, documents: int, folder: Path) -
     return write_collection(statistics, documents, folder), None
 
 
-def _fingerprint_job(folder: Path) -> tuple[None, dict]:
-    from vtrepro.encode.fingerprint import fingerprint_folder
+def _scan_job(folder: Path) -> tuple[None, dict]:
+    from vtrepro.encode.scan import scan_files
 
-    summary = fingerprint_folder(folder)
-    return None, {"sha256": summary.sha256, "total_terms": summary.total_impact}
+    scan = scan_files(vector_files(folder))  # a run's one pass: every record checked, fingerprint and statistics
+    return None, {"sha256": scan.fingerprint.sha256, "total_terms": scan.fingerprint.total_impact,
+                  "terms_per_document_mean": scan.sparsity.mean_terms}
 
 
 def _lucene_job(folder: Path, index: Path) -> tuple[int, dict]:
@@ -238,7 +239,7 @@ def measure_size(statistics: CollectionStatistics, documents: int, queries_path:
     written = run_stage("write", documents, _write_job, statistics, documents, folder)
     written.size_bytes = _folder_bytes(folder)
     record(written)
-    record(run_stage("fingerprint", documents, _fingerprint_job, folder))
+    record(run_stage("fingerprint+statistics", documents, _scan_job, folder))
     record(run_stage("index lucene", documents, _lucene_job, folder, work / "lucene"))
     record(run_stage("index pisa", documents, _pisa_job, folder, work / "pisa"))
     for k in KS:

@@ -56,22 +56,36 @@ def _record_digest(record_id: str, vector: Vector) -> bytes:
     return hashlib.sha256(canonical.encode("utf-8")).digest()
 
 
+class Fingerprinter:
+    """A fingerprint computed one record at a time (a streaming pass adds each record as it reads it)."""
+
+    def __init__(self) -> None:
+        self._keyed: list[tuple[bytes, bytes]] = []
+        self._total = 0
+
+    def add(self, record_id: str, vector: Vector) -> None:
+        self._keyed.append((hashlib.sha256(record_id.encode("utf-8")).digest(), _record_digest(record_id, vector)))
+        self._total += sum(vector.values())
+
+    def summary(self) -> VectorSetSummary:
+        """The fingerprint of every record added; two records sharing an id raise :class:`DuplicateId`."""
+        keyed = sorted(self._keyed)
+        if any(first == second for (first, _), (second, _) in zip(keyed, keyed[1:])):
+            raise DuplicateId
+        digest = hashlib.sha256(FINGERPRINT_VERSION)
+        for _, record in keyed:
+            digest.update(record)
+        return VectorSetSummary(digest.hexdigest(), len(keyed), self._total)
+
+
 def _summarize(records: Iterator[tuple[Path, int, str, Vector]]) -> VectorSetSummary:
-    keyed: list[tuple[bytes, bytes]] = []
-    total = 0
+    fingerprinter = Fingerprinter()
     for _, _, record_id, vector in records:
-        keyed.append((hashlib.sha256(record_id.encode("utf-8")).digest(), _record_digest(record_id, vector)))
-        total += sum(vector.values())
-    keyed.sort()
-    if any(first == second for (first, _), (second, _) in zip(keyed, keyed[1:])):
-        raise _DuplicateId
-    digest = hashlib.sha256(FINGERPRINT_VERSION)
-    for _, record in keyed:
-        digest.update(record)
-    return VectorSetSummary(digest.hexdigest(), len(keyed), total)
+        fingerprinter.add(record_id, vector)
+    return fingerprinter.summary()
 
 
-class _DuplicateId(Exception):
+class DuplicateId(Exception):
     """Two records share an id; the caller names them."""
 
 
@@ -80,8 +94,8 @@ def fingerprint_files(files: list[Path] | Path, allow_empty: bool = False) -> Ve
     paths = [files] if isinstance(files, Path) else files
     try:
         return _summarize(read_vectors(paths, allow_empty))
-    except _DuplicateId:
-        raise _locate_duplicate(paths, allow_empty) from None
+    except DuplicateId:
+        raise locate_duplicate(paths, allow_empty) from None
 
 
 def fingerprint_folder(folder: str | Path) -> VectorSetSummary:
@@ -95,7 +109,7 @@ def fingerprint_vectors(vectors: Mapping[str, Vector]) -> VectorSetSummary:
     return _summarize(records)
 
 
-def _locate_duplicate(paths: list[Path], allow_empty: bool) -> VtreproError:
+def locate_duplicate(paths: list[Path], allow_empty: bool) -> VtreproError:
     """Second pass, only after a duplicate was seen: name both places."""
     seen: dict[str, tuple[Path, int]] = {}
     for path, line, record_id, _ in read_vectors(paths, allow_empty):

@@ -4,6 +4,7 @@
     DIR/vectors/part-NNNNN.jsonl   JsonVectorCollection shards: {"id", "contents", "vector"}
     DIR/queries.jsonl              the split's queries with integer vectors
     DIR/timings.json               the device and the seconds each shard took to encode
+    DIR/scan.json                  what one pass over the vectors found (:mod:`vtrepro.encode.scan`)
     DIR/.shards/part-NNNNN.jsonl.json   while encoding, the receipt of each finished shard
 
 Every module that reads or writes such a folder (encode, index, search, regress, bench) asks
@@ -25,6 +26,9 @@ QUERIES_NAME = "queries.jsonl"
 TIMINGS_NAME = "timings.json"
 """Beside the manifest: the device and the seconds each shard took to encode. Kept apart, so the
 manifest depends on the inputs alone."""
+SCAN_NAME = "scan.json"
+"""Where vtrepro records one pass over vectors it wrote or was given: beside the manifest of a folder it encoded,
+in a regression's artifacts folder for vectors from elsewhere (:func:`vtrepro.encode.scan.scan_folder`)."""
 RECEIPTS_DIRNAME = ".shards"
 """While encoding, one receipt per finished shard (its record, settings digest, seconds and device);
 merged into the manifest when every shard is done. Any process may write them, in any order."""
@@ -61,6 +65,10 @@ class EncodedFolder:
     @property
     def timings(self) -> Path:
         return self.root / TIMINGS_NAME
+
+    @property
+    def scan(self) -> Path:
+        return self.root / SCAN_NAME
 
     @property
     def receipts(self) -> Path:
@@ -116,7 +124,7 @@ class EncodedFolder:
         """Delete shards beyond the corpus and the temporary files of writes a killed run left behind."""
         leftovers = [path for path in self.vectors.glob("*.jsonl") if path.name not in expected_shards]
         leftovers += self.vectors.glob(".part-*.jsonl.*.tmp")
-        for name in (MANIFEST_NAME, QUERIES_NAME):
+        for name in (MANIFEST_NAME, QUERIES_NAME, SCAN_NAME):
             leftovers += self.root.glob(f".{name}.*.tmp")
         for path in leftovers:
             path.unlink(missing_ok=True)

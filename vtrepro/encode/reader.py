@@ -7,6 +7,8 @@ out-of-range impact it would truncate, an empty document it would drop.
 """
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -21,6 +23,30 @@ MAX_VECTOR_TERMS = 1_000_000
 
 Vector = dict[str, int]
 
+logger = logging.getLogger(__name__)
+
+_full_reads: Counter[Path] = Counter()
+"""Full reads of each vector file (resolved path) since the process started or the command running in it
+(:func:`reset_full_reads`): by :func:`read_vectors`, or by Anserini when an index is built (:func:`count_full_read`)."""
+
+
+def count_full_read(files: list[Path], by: str) -> None:
+    """Count one full read of each of ``files`` (``by``: who reads them) and say so at debug level."""
+    for path in files:
+        _full_reads[path.resolve()] += 1
+    where = files[0] if len(files) == 1 else f"{len(files)} files in {files[0].parent}" if files else "no file"
+    logger.debug(f"full read of the vectors: {where} ({by})")
+
+
+def reset_full_reads() -> None:
+    """Count from zero again (a command counts its own reads)."""
+    _full_reads.clear()
+
+
+def full_reads(files: list[Path]) -> int:
+    """How often this process has read ``files`` whole: the most reads of any one of them."""
+    return max((_full_reads[path.resolve()] for path in files), default=0)
+
 
 def vector_files(folder: str | Path) -> list[Path]:
     """The JSON-vector files Anserini reads from ``folder`` (``*.jsonl``, ``*.jsonl.gz``), hidden temp files skipped."""
@@ -32,6 +58,15 @@ def vector_files(folder: str | Path) -> list[Path]:
     if not files:
         raise VtreproError(f"{folder}: no *.jsonl vector files; point at an encoded corpus or a JsonVectorCollection folder")
     return files
+
+
+MAX_SAFE_TERMS = 300_000
+"""Terms remembered as safe: more than any vocabulary vtrepro encodes with (XLM-R's 250,002 the largest)."""
+MAX_SAFE_TERM_LENGTH = 64
+"""Characters of a term remembered as safe (a vocabulary's are shorter): hostile vectors hold at most ~40 MB here."""
+_safe_terms: set[str] = set()
+"""Terms already found safe: a term recurs in many vectors, and checking it character by character was most of
+a read's time."""
 
 
 def _checked_vector(path: Path, line: int, record: Mapping, allow_empty: bool) -> tuple[str, Vector]:
@@ -51,9 +86,12 @@ def _checked_vector(path: Path, line: int, record: Mapping, allow_empty: bool) -
         raise VtreproError(f"{path}:{line}: 'vector' holds {len(vector)} terms, more than the {MAX_VECTOR_TERMS} of any "
                            "vocabulary; not vectors an encoder wrote")
     for term, impact in vector.items():
-        if not term or unsafe_character(term):
-            raise VtreproError(f"{path}:{line}: term {term!r} is empty or holds whitespace or control characters; "
-                               "Anserini would split or drop it (python -m vtrepro encode escapes such terms)")
+        if term not in _safe_terms:
+            if not term or unsafe_character(term):
+                raise VtreproError(f"{path}:{line}: term {term!r} is empty or holds whitespace or control characters; "
+                                   "Anserini would split or drop it (python -m vtrepro encode escapes such terms)")
+            if len(term) <= MAX_SAFE_TERM_LENGTH and len(_safe_terms) < MAX_SAFE_TERMS:
+                _safe_terms.add(term)
         if isinstance(impact, bool) or not isinstance(impact, int) or not 0 < impact <= MAX_IMPACT:
             raise VtreproError(f"{path}:{line}: impact {impact!r} of term {term!r} must be an integer in "
                                f"1..{MAX_IMPACT}; quantize the weights (python -m vtrepro encode does)")
@@ -61,8 +99,11 @@ def _checked_vector(path: Path, line: int, record: Mapping, allow_empty: bool) -
 
 
 def read_vectors(files: list[Path] | Path, allow_empty: bool = False) -> Iterator[tuple[Path, int, str, Vector]]:
-    """Yield ``(file, line, id, vector)`` of every record, each checked; one file or several."""
-    for path in [files] if isinstance(files, Path) else files:
+    """Yield ``(file, line, id, vector)`` of every record, each checked; one file or several (each read
+    counted, :func:`count_full_read`)."""
+    paths = [files] if isinstance(files, Path) else files
+    count_full_read(paths, "vtrepro's checked reader")
+    for path in paths:
         for line, record in read_jsonl(path):
             yield (path, line, *_checked_vector(path, line, record, allow_empty))
 

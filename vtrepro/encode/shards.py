@@ -20,9 +20,9 @@ from vtrepro.core.io import sha256_file, write_json, write_jsonl
 from vtrepro.core.options import Options, option
 from vtrepro.core.progress import Progress
 from vtrepro.core.schema import Field
-from vtrepro.encode.fingerprint import fingerprint_folder
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.manifest import manifest_shards, settings_digest, write_manifest
+from vtrepro.encode.scan import scan_folder
 from vtrepro.encode.vectors import EMPTY_DOCUMENT_TERM, Quantization, to_impact_vector
 
 logger = logging.getLogger(__name__)
@@ -141,6 +141,6 @@ def merge_receipts(folder: EncodedFolder, model: str, settings: dict, expected_f
     write_json(folder.timings, {"device": ", ".join(sorted(devices)),
                                 "seconds": {name: value for name, value in seconds.items() if value is not None}})
     manifest = write_manifest(folder, model, settings, manifest_shards(finished, expected_files),
-                              fingerprint_folder(folder.vectors))
+                              scan_folder(folder.vectors, folder.scan).fingerprint)
     shutil.rmtree(folder.receipts, ignore_errors=True)
     return manifest

@@ -34,18 +34,33 @@ class Sparsity:
         return self.term_vectors[term] / self.count if self.count else 0.0
 
 
+class SparsityCounter:
+    """Terms per vector counted one vector at a time (a streaming pass adds each vector as it reads it)."""
+
+    def __init__(self) -> None:
+        self.lengths: list[int] = []
+        self.holding: Counter[str] = Counter()
+
+    def add(self, vector: Vector) -> None:
+        """Count one vector; the placeholder that keeps an empty document indexed is not a term."""
+        terms = [term for term in vector if term != EMPTY_DOCUMENT_TERM]
+        self.lengths.append(len(terms))
+        self.holding.update(terms)
+
+    def result(self) -> Sparsity:
+        import numpy as np
+
+        counts = np.asarray(self.lengths or [0], dtype=np.float64)
+        return Sparsity(len(self.lengths), float(counts.mean()), float(np.median(counts)),
+                        tuple(float(value) for value in np.percentile(counts, PERCENTILES)), self.holding)
+
+
 def sparsity(vectors: Iterable[Vector]) -> Sparsity:
     """Statistics of ``vectors``; the placeholder that keeps an empty document indexed is not a term."""
-    import numpy as np
-
-    lengths, holding = [], Counter[str]()
+    counter = SparsityCounter()
     for vector in vectors:
-        terms = [term for term in vector if term != EMPTY_DOCUMENT_TERM]
-        lengths.append(len(terms))
-        holding.update(terms)
-    counts = np.asarray(lengths or [0], dtype=np.float64)
-    return Sparsity(len(lengths), float(counts.mean()), float(np.median(counts)),
-                    tuple(float(value) for value in np.percentile(counts, PERCENTILES)), holding)
+        counter.add(vector)
+    return counter.result()
 
 
 def expected_flops(documents: Sparsity, queries: Sparsity) -> float:

@@ -26,7 +26,7 @@ from vtrepro.core.log import verbose
 from vtrepro.core.progress import Progress
 from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files
 from vtrepro.encode.folder import EncodedFolder
-from vtrepro.encode.reader import vector_files
+from vtrepro.encode.reader import count_full_read, vector_files
 
 logger = logging.getLogger(__name__)
 
@@ -224,6 +224,7 @@ def build_impact_index(vectors_dir: str | Path, index_dir: str | Path, threads: 
         linked.mkdir()
         for path in files:
             os.symlink(path.resolve(), linked / path.name)
+        count_full_read(files, "Anserini's index build")
         return _run_indexer("JsonVectorCollection", linked, Path(index_dir), work, threads, ["-impact", "-pretokenized"],
                             IndexInput(vectors_dir, expected.count, expected.total_impact))
 

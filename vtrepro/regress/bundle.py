@@ -29,9 +29,10 @@ from vtrepro.core.archives import MAX_LINE_BYTES as _MAX_LINE_BYTES
 from vtrepro.core.archives import check_room, open_tar
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, sha256_file
-from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_folder, fingerprint_vectors
+from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_vectors
 from vtrepro.encode.folder import MANIFEST_NAME, EncodedFolder
 from vtrepro.encode.reader import read_query_vectors, vector_files
+from vtrepro.encode.scan import scan_folder
 
 BUNDLE_FORMAT = "vtrepro.vector-bundle/1"
 BUNDLE_MANIFEST = "bundle.json"
@@ -47,9 +48,9 @@ def run_key(condition: str, dataset: str) -> str:
 
 def run_fingerprints(run_dir: Path) -> dict[str, VectorSetSummary]:
     """Fingerprints of a run folder's corpus vectors (``vectors/`` of an encoded corpus, else the folder
-    itself) and query vectors."""
+    itself) and query vectors; the corpus's pass (:mod:`vtrepro.encode.scan`) is kept for this process's later stages."""
     folder = EncodedFolder(run_dir)
-    return {"corpus": fingerprint_folder(folder.vectors_or_root),
+    return {"corpus": scan_folder(folder.vectors_or_root).fingerprint,
             "queries": fingerprint_vectors(read_query_vectors(folder.queries))}
 
 

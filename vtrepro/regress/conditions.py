@@ -23,7 +23,7 @@ from vtrepro.index.lucene import build_bm25_index, build_impact_index
 from vtrepro.regress.compare import Observation
 from vtrepro.regress.context import RunContext
 from vtrepro.regress.efficiency import Efficiency, measure
-from vtrepro.regress.sources import cached_fingerprint, vector_differences
+from vtrepro.regress.sources import scan_encoded, vector_differences
 from vtrepro.regress.spec import Condition, DatasetRun, EncodedVectors, Spec
 from vtrepro.report.results import PER_QUERY_NAME
 from vtrepro.search.lucene import search_bm25, search_impact
@@ -253,19 +253,19 @@ class ConditionRunner:
             if self.encode_processes > 1:
                 self._encode_with_torchrun(dataset.path, artifacts)
             documents = dataset.corpus()  # read and checked before the model loads
-            manifest = encode_corpus(self.encoder, documents, artifacts, quantization, replace_other_settings=True)
-            assert manifest is not None  # a lone process merges its own shards
+            encode_corpus(self.encoder, documents, artifacts, quantization, replace_other_settings=True)
             folder = EncodedFolder(artifacts)
             query_vectors = encode_queries(self.query_encoder, queries, folder.queries, quantization)
-            corpus = VectorSetSummary(manifest["fingerprint"], manifest["documents"], manifest["total_terms"])
             encoded = EncodedVectors(folder.vectors, folder.queries)
         else:
             logger.info(f"  using vectors from {encoded.corpus} and {encoded.queries}")
             query_vectors = read_query_vectors(encoded.queries)
-            corpus = cached_fingerprint(encoded.corpus)
+        scan = scan_encoded(encoded, artifacts)  # the pass that checked them before any work, or encode's, reused
         began = time.perf_counter()
-        stats = build_impact_index(encoded.corpus, artifacts / "index", threads=1, expected=corpus)
+        stats = build_impact_index(encoded.corpus, artifacts / "index", threads=1, expected=scan.fingerprint)
         index_seconds, timing = time.perf_counter() - began, SearchTiming()
         run = search_impact(artifacts / "index", query_vectors, self.spec.k, self.threads, timing=timing)
-        efficiency: Efficiency = measure(artifacts / "index", index_seconds, timing, encoded.corpus, query_vectors)
-        return run, stats, {"corpus": corpus, "queries": fingerprint_vectors(query_vectors)}, encoded, efficiency
+        efficiency: Efficiency = measure(artifacts / "index", index_seconds, timing, encoded.corpus, scan.sparsity,
+                                         query_vectors)
+        vectors = {"corpus": scan.fingerprint, "queries": fingerprint_vectors(query_vectors)}
+        return run, stats, vectors, encoded, efficiency

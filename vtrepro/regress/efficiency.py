@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from vtrepro.encode.folder import EncodedFolder
-from vtrepro.encode.reader import Vector, read_vectors, vector_files
+from vtrepro.encode.reader import Vector
 from vtrepro.encode.statistics import PERCENTILES, Sparsity, expected_flops, sparsity
 from vtrepro.search.runs import SearchTiming
 
@@ -63,15 +63,15 @@ def encoding_rate(corpus: Path) -> tuple[float | None, str | None]:
 
 
 def measure(index_dir: Path, index_seconds: float, timing: SearchTiming, corpus: Path | None = None,
-            queries: dict[str, Vector] | None = None) -> Efficiency:
-    """The figures of one run; ``corpus`` (a vector folder) and ``queries`` are absent for BM25."""
+            documents: Sparsity | None = None, queries: dict[str, Vector] | None = None) -> Efficiency:
+    """The figures of one run; ``corpus`` (a vector folder), the sparsity of its ``documents`` (from the pass
+    over them, :mod:`vtrepro.encode.scan`: nothing is read again here) and ``queries`` are absent for BM25."""
     figures: dict[str, Any] = dict.fromkeys(FIGURES)
     figures.update(index_seconds=round(index_seconds, 2), index_mib=round(folder_mib(index_dir), 3), **timing.figures())
     efficiency = Efficiency(figures)
-    if corpus is None or queries is None:
+    if corpus is None or documents is None or queries is None:
         return efficiency
     figures["encode_docs_per_s"], figures["encode_device"] = encoding_rate(corpus)
-    documents = sparsity(vector for *_, vector in read_vectors(vector_files(EncodedFolder(corpus).collection)))
     asked = sparsity(queries.values())
     figures.update(_sparsity_figures("document", documents), **_sparsity_figures("query", asked),
                    flops=expected_flops(documents, asked))

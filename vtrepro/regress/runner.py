@@ -38,6 +38,7 @@ from vtrepro.core.io import check_output, check_replaceable, check_within
 from vtrepro.core.java import start_jvm
 from vtrepro.data.availability import check_dataset_split
 from vtrepro.data.beir import load_dataset
+from vtrepro.encode.reader import full_reads, reset_full_reads, vector_files
 from vtrepro.model.loading import model_availability, resolve_model
 from vtrepro.regress.agreement import vector_agreement
 from vtrepro.regress.compare import (
@@ -241,10 +242,13 @@ def main(argv: list[str] | None = None) -> int:
         if condition.train:
             load_recipe(condition.train)
     cache = context.bundle_cache
+    reset_full_reads()  # each condition's reads of its vectors are logged, counted from here
     sources = vector_sources(context.vectors, selected, cache) if context.vectors else {}
     references = vector_sources(context.reference_vectors, selected, cache) if context.reference_vectors else {}
-    for encoded in [*sources.values(), *(dataset.encoded for _, dataset in selected if dataset.encoded)]:
-        check_encoded(encoded)
+    for condition, dataset_run in selected:
+        for encoded in (sources.get((condition.name, dataset_run.name)), dataset_run.encoded):
+            if encoded is not None:
+                check_encoded(encoded, out_dir / condition.name / dataset_run.name)
     start_jvm()
 
     outcome = run_all(spec, selected, out_dir, context, sources, references, datasets)
@@ -373,6 +377,11 @@ def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: P
                     logger.error(f"[{condition.name} / {dataset_run.name}] failed: {message}")
                     continue
                 observations[dataset_run.name] = observation
+                if observation.encoded is not None:
+                    logger.debug(f"[{condition.name} / {dataset_run.name}] full reads of the vectors (the index "
+                                 "build's included): "
+                                 f"documents {full_reads(vector_files(observation.encoded.corpus))}, "
+                                 f"queries {full_reads([observation.encoded.queries])}")
                 outcome.timings[f"{condition.name}/{dataset_run.name}"] = observation.seconds
                 if observation.efficiency.distributions:
                     outcome.distributions[f"{condition.name}/{dataset_run.name}"] = observation.efficiency.distributions

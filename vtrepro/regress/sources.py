@@ -9,14 +9,14 @@ fingerprints are compared with the spec's pins, so a faithful index makes every 
 """
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import write_jsonl
-from vtrepro.encode.fingerprint import VectorDiff, VectorSetSummary, compare_vectors, fingerprint_folder
-from vtrepro.encode.folder import EncodedFolder
+from vtrepro.encode.fingerprint import VectorDiff, compare_vectors
+from vtrepro.encode.folder import SCAN_NAME, EncodedFolder
 from vtrepro.encode.reader import load_vectors, read_query_vectors, vector_files
+from vtrepro.encode.scan import VectorScan, scan_folder
 from vtrepro.index.postings import write_index_vectors
 from vtrepro.index.prebuilt import (
     HEADER_NAME,
@@ -107,16 +107,17 @@ def vector_sources(path: Path, runs: list[tuple[Condition, DatasetRun]], cache: 
     return sources
 
 
-@functools.lru_cache(maxsize=None)
-def cached_fingerprint(folder: Path) -> VectorSetSummary:
-    """Fingerprint of an already-encoded vector folder, read once per process: checked before any work, used after."""
-    return fingerprint_folder(folder)
+def scan_encoded(encoded: EncodedVectors, artifacts: Path) -> VectorScan:
+    """One pass over the corpus vectors of ``encoded`` (every record checked, fingerprint, statistics), recorded in
+    the run's ``artifacts`` folder (never beside vectors from elsewhere) and reused while the files are unchanged."""
+    return scan_folder(encoded.corpus, artifacts / SCAN_NAME)
 
 
-def check_encoded(encoded: EncodedVectors) -> None:
-    """Read and check every vector of ``encoded`` (ids unique, integer impacts) before any work starts."""
+def check_encoded(encoded: EncodedVectors, artifacts: Path) -> None:
+    """Read and check every vector of ``encoded`` (ids unique, integer impacts) before any work starts; the
+    corpus's pass is recorded in ``artifacts``, the run's folder for them (:func:`scan_encoded`)."""
     if encoded.queries.resolve() in {path.resolve() for path in vector_files(encoded.corpus)}:
         raise VtreproError(f"{encoded.queries}: the queries file lies in the corpus folder {encoded.corpus}, so it "
                            "would be indexed as documents; move it out of that folder")
-    cached_fingerprint(encoded.corpus)
+    scan_encoded(encoded, artifacts)
     read_query_vectors(encoded.queries)

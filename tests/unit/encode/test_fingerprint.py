@@ -6,6 +6,7 @@ import pytest
 from vtrepro.core.errors import VtreproError
 from vtrepro.encode.fingerprint import compare_vectors, fingerprint_folder, fingerprint_vectors, main
 from vtrepro.encode.reader import load_vectors, vector_files
+from vtrepro.encode.scan import scan_files
 from vtrepro.encode.writer import encode_corpus
 
 
@@ -32,6 +33,11 @@ def test_manifest_fingerprint_is_the_folders(encoded):
     summary = fingerprint_folder(folder / "vectors")
     assert summary.sha256 == manifest["fingerprint"]
     assert (summary.count, summary.total_impact) == (manifest["documents"], manifest["total_terms"])
+
+
+def test_the_one_pass_fingerprints_as_the_fingerprint_alone(encoded):
+    vectors = encoded[0] / "vectors"
+    assert scan_files(vector_files(vectors)).fingerprint == fingerprint_folder(vectors)
 
 
 def test_same_vectors_in_other_files_and_order_hash_alike(encoded, tmp_path):

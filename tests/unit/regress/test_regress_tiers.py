@@ -12,6 +12,7 @@ from ruamel.yaml import YAML
 
 from conftest import record_mini_spec
 from vtrepro.core.cli import cli_entry
+from vtrepro.encode import scan as scan_module
 from vtrepro.regress.bundle import checksum_path
 from vtrepro.regress.export import main as export_main
 from vtrepro.regress.runner import main as regress_main
@@ -230,6 +231,22 @@ def test_a_spec_condition_can_name_encoded_vectors_instead_of_a_model(recorded, 
     assert run(published, data, tmp_path / "runs", "--strict") == 0
     rows = rows_of(tmp_path / "runs", "published")
     assert rows["ndcg@10"]["status"] == "OK" and {row["tier"] for row in rows.values()} == {"fixed"}
+
+
+def test_given_vectors_are_read_once_and_once_more_by_the_index_build(recorded, tmp_path, capsys):
+    """One pass checks, fingerprints and measures the given vectors (recorded in the run's folder, never in theirs);
+    Anserini reads them once more; a rerun reuses the recorded pass (``--verbose`` logs the count per condition)."""
+    spec, data, runs = recorded
+    given = tmp_path / "given"
+    shutil.copytree(runs / "mini_spec" / "tiny" / "mini", given)
+    listing = sorted(given.rglob("*"))
+    line = "[tiny / mini] full reads of the vectors (the index build's included): documents {}, queries 2"
+    for reads in (2, 1):
+        scan_module._remembered.clear()  # as in a new process
+        assert regress_main(["--spec", str(spec), "--data-dir", str(data), "--output", str(tmp_path / "runs"),
+                             "--vectors", str(given), "--verbose"]) == 0
+        assert line.format(reads) in capsys.readouterr().err
+    assert sorted(given.rglob("*")) == listing and (tmp_path / "runs" / "mini_spec" / "tiny" / "mini" / "scan.json").is_file()
 
 
 @pytest.mark.slow
