@@ -11,17 +11,20 @@ checksums and every file are verified, it is extracted into a temporary folder b
 (removed after the search), and its topics are the queries unless ``--queries`` is given.
 
 ``--engine pisa`` gives the same run with PISA (:mod:`vtrepro.search.pisa`) from a PISA index
-folder, built there from ``--vectors`` when given (kept when it already holds those vectors).
+folder that ``python -m vtrepro index --engine pisa`` built (the old ``--vectors`` here, which built it
+first, still works with a notice).
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
+import logging
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from vtrepro.core.cli import add_threads, cli_entry, command_parser
+from vtrepro.core.cli import add_output_file, add_path, add_threads, add_vectors, cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output
 from vtrepro.encode.folder import EncodedFolder
@@ -35,26 +38,32 @@ from vtrepro.search.runs import add_k, write_trec_run
 # stay fast.
 
 ENGINES = ("lucene", "pisa")
+logger = logging.getLogger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = command_parser("search", __doc__)
+    add_path(parser, "--index", "input path", required=True,
+             help="Lucene impact index folder, or a prebuilt index .tar.gz from 'export index' (a PISA index folder "
+                  "with --engine pisa)")
+    parser.add_argument("--engine", choices=ENGINES, default="lucene",
+                        help="lucene (default) or pisa: the same run, PISA's MaxScore is faster")
+    add_vectors(parser, argparse.SUPPRESS)  # deprecated: 'index --engine pisa' builds the PISA index
+    add_path(parser, "--queries", "input file",
+             help="encoded queries.jsonl ({id, vector}); with a prebuilt index, default its topics")
+    add_output_file(parser, "TREC run file to write")
+    add_k(parser)
+    add_threads(parser, "search threads (results do not depend on it)")
+    parser.add_argument("--keep-query-id", action="store_true", help="keep hits whose docid equals the query id")
+    return parser
 
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    parser = command_parser("search", __doc__)
-    parser.add_argument("--index", required=True, type=Path,
-                        help="Lucene impact index, or a prebuilt index .tar.gz from 'export index' (PISA index with "
-                             "--engine pisa)")
-    parser.add_argument("--engine", choices=ENGINES, default="lucene",
-                        help="lucene (default) or pisa: the same run, PISA's MaxScore is faster")
-    parser.add_argument("--vectors", type=Path,
-                        help="with --engine pisa: build the PISA index at --index from this JsonVectorCollection folder "
-                             "(kept when it already holds these vectors)")
-    parser.add_argument("--queries", type=Path,
-                        help="encoded queries.jsonl ({id, vector}); with a prebuilt index, default its topics")
-    parser.add_argument("--output", required=True, type=Path, help="TREC run file to write (replaced when complete)")
-    add_k(parser)
-    add_threads(parser, "search threads (results do not depend on it)")
-    parser.add_argument("--keep-query-id", action="store_true", help="keep hits whose docid equals the query id")
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
+    if args.vectors is not None and args.engine == "pisa":
+        logger.warning(f"'search --engine pisa --vectors' is deprecated; build the index with 'index --engine pisa "
+                       f"--vectors {args.vectors} --output {args.index}', then search it")
     if args.vectors is not None and args.engine != "pisa":
         raise VtreproError("--vectors builds a PISA index: use it with --engine pisa (build Lucene indexes with "
                            "'python -m vtrepro index')")
