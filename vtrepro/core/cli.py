@@ -37,9 +37,9 @@ _OS_FIXES = {
 }
 
 
-def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
+def command_parser(prog: str, doc: str | None) -> CommandParser:
     """An argument parser for ``python -m vtrepro <prog>`` that documents the global flags."""
-    parser = argparse.ArgumentParser(prog=f"python -m vtrepro {prog}", description=(doc or "").splitlines()[0])
+    parser = CommandParser(prog=f"python -m vtrepro {prog}", description=(doc or "").splitlines()[0])
     parser.add_argument("--verbose", action="store_true",
                         help="also show debug lines and third-party logs (Lucene, transformers, Java)")
     parser.add_argument("--quiet", action="store_true", help="show only warnings and errors (wins over --verbose)")
@@ -47,7 +47,7 @@ def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
     return parser
 
 
-def add_model(parser: argparse._ActionsContainer, what: str, old_spelling: str | None = None) -> None:
+def add_model(parser: argparse.ArgumentParser, what: str, old_spelling: str | None = None) -> None:
     """``--model MODEL`` (required, stored as ``args.model``): a checkpoint folder or Hub id."""
     parser.add_argument("--model", required=True, metavar="MODEL", help=f"{what} (folder or Hub id)")
     if old_spelling:
@@ -100,13 +100,15 @@ def add_path(parser: argparse._ActionsContainer, flag: str, kind: str, help: str
     return action
 
 
-def add_output_folder(parser: argparse._ActionsContainer, what: str = "output folder", required: bool = True,
-                      default: Path | None = None, rule: str = "must not exist or be empty") -> None:
-    """``--output FOLDER`` (old spelling ``--out``): the folder this command creates (``rule``: which
-    existing folder it accepts)."""
+def add_output_folder(parser: argparse.ArgumentParser, what: str = "output folder", required: bool = True,
+                      default: Path | None = None, rule: str = "must not exist or be empty",
+                      old_spelling: bool = False) -> None:
+    """``--output FOLDER``: the folder this command creates (``rule``: which existing folder it accepts);
+    ``old_spelling``: also ``--out``, deprecated, where a command took it."""
     add_path(parser, "--output", "created folder", required=required, default=default,
              help=f"{what} ({rule}{'' if default is None else '; default: %(default)s'})")
-    add_renamed(parser, "--out", "--output")
+    if old_spelling:
+        add_renamed(parser, "--out", "--output")
 
 
 def add_output_file(parser: argparse._ActionsContainer, what: str, required: bool = True,
@@ -172,62 +174,70 @@ def add_device(parser: argparse._ActionsContainer, extra: str = "") -> None:
     parser.add_argument("--device", help=f"cpu, cuda or cuda:N (default: CUDA when present{extra})")
 
 
-class _Renamed(argparse.Action):
-    """An old spelling of ``new``: stores what ``new`` stores and logs one line naming ``new``."""
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser: old spellings of its flags (:func:`add_renamed`) are rewritten to the new ones
+    before parsing, each with one notice, so they parse exactly as the new flag (required, exclusive, typed)."""
 
-    def __init__(self, option_strings: list[str], dest: str, new: str, values: dict[str, Any] | None = None,
-                 **kwargs: Any):
-        super().__init__(option_strings, dest, **kwargs)
-        self.new, self.values = new, values
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.renamed: dict[str, tuple[str, dict[str, Any] | None]] = {}
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
-        written = option_string if self.nargs == 0 or values is None else f"{option_string} {_shown(values)}"
-        value = self.const if self.nargs == 0 else values
-        if self.values is not None:
-            value = self.values[value]
-        new = self.new if self.nargs == 0 else f"{self.new} {_shown(value)}"
-        logger.warning(f"'{written}' is deprecated; write '{new}'")
-        setattr(namespace, self.dest, value)
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        return super().parse_known_args(self._modernized(list(sys.argv[1:] if args is None else args)), namespace)
+
+    def _modernized(self, args: list[str]) -> list[str]:
+        """``args`` with every old spelling (``--old V`` or ``--old=V``) written as its new flag."""
+        written: list[str] = []
+        index = 0
+        while index < len(args):
+            token = args[index]
+            if token == "--":
+                return written + args[index:]
+            name, equals, attached = token.partition("=")
+            if name not in self.renamed:
+                written.append(token)
+                index += 1
+                continue
+            new, values = self.renamed[name]
+            takes_value = self._option_string_actions[new].nargs != 0
+            value = attached if equals else args[index + 1] if takes_value and index + 1 < len(args) else None
+            index += 1 if equals or not takes_value or value is None else 2
+            if value is None:
+                logger.warning(f"'{name}' is deprecated; write '{new}'")
+                written.append(new)
+                continue
+            if values is not None and value not in values:
+                self.error(f"argument {name}: invalid choice: {value!r} (choose from {', '.join(values)})")
+            value = values[value] if values is not None else value
+            logger.warning(f"'{name} {args[index - 1] if not equals else attached}' is deprecated; write '{new} {value}'")
+            written += [new, value]
+        return written
+
+
+def add_renamed(parser: argparse.ArgumentParser, old: str, new: str, values: dict[str, Any] | None = None) -> None:
+    """Accept ``old``, the deprecated spelling of the flag ``new`` (already added to ``parser``, a
+    :class:`CommandParser`): it is rewritten to ``new`` before parsing, hidden from ``--help``, and logs
+    ``'old V' is deprecated; write 'new V'``. ``values`` maps the old spelling's values (its only accepted
+    ones) to the new flag's."""
+    if not isinstance(parser, CommandParser) or new not in parser._option_string_actions:
+        raise ValueError(f"{old}: add {new} to a command parser (core.cli.command_parser) before its old spelling")
+    parser.renamed[old] = (new, values)
+
+
+def renamed_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Every deprecated spelling ``parser`` accepts -> the flag to write instead."""
+    return {old: new for old, (new, _) in getattr(parser, "renamed", {}).items()}
 
 
 def _shown(value: Any) -> str:
     return " ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
-def add_renamed(parser: argparse._ActionsContainer, old: str, new: str, values: dict[str, Any] | None = None) -> None:
-    """Accept ``old``, the deprecated spelling of the flag ``new`` (already added to ``parser``): it parses
-    like ``new`` into its dest, is hidden from ``--help``, and logs ``'old' is deprecated; write 'new'``.
-    ``values`` maps the old spelling's values to the new flag's (its only accepted values)."""
-    action = _action(parser, new)
-    container = _group_of(parser, action)
-    nargs = 0 if action.nargs == 0 else action.nargs
-    kwargs: dict[str, Any] = {"nargs": nargs, "const": action.const} if nargs == 0 else {
-        "nargs": nargs, "type": None if values else action.type,
-        "choices": tuple(values) if values else action.choices, "metavar": action.metavar}
-    container.add_argument(old, dest=action.dest, action=_Renamed, new=new, values=values,
-                           default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kwargs)
-
-
-def renamed_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
-    """Every deprecated spelling ``parser`` accepts -> the flag to write instead."""
-    return {flag: action.new for action in parser._actions if isinstance(action, _Renamed)
-            for flag in action.option_strings}
-
-
 def _action(parser: argparse._ActionsContainer, flag: str) -> argparse.Action:
     for action in parser._actions:
         if flag in action.option_strings:
             return action
-    raise ValueError(f"{flag} is not a flag of this parser: add it before its old spelling")
-
-
-def _group_of(parser: argparse._ActionsContainer, action: argparse.Action) -> argparse._ActionsContainer:
-    """The mutually exclusive group holding ``action`` (an old spelling excludes what the new one does), else the parser."""
-    for group in getattr(parser, "_mutually_exclusive_groups", []):
-        if action in group._group_actions:
-            return group
-    return parser
+    raise ValueError(f"{flag} is not a flag of this parser")
 
 
 def positional_fallback(parser: argparse.ArgumentParser, args: argparse.Namespace, name: str,
@@ -284,7 +294,7 @@ def add_checkpoint_arguments(parser: argparse.ArgumentParser, model: str, texts:
         add_text_source(parser, texts)
         add_data_dir(parser)
     add_model_dir(parser)
-    add_output_folder(parser)
+    add_output_folder(parser, old_spelling=True)
     add_trust_remote_code(parser)
 
 

@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``export model``."""
     add_model(parser, "masked-LM SPLADE model to export")
     add_model_dir(parser)
-    add_output_folder(parser)
+    add_output_folder(parser, old_spelling=True)
     add_spec(parser, required=False, what=": lengths, quantization and pinned figures of its condition for this "
                                           "model go into the folder and its card")
     parser.add_argument("--condition", help="the spec's condition for this model (default: the one impact condition "

@@ -377,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_checkpoint_arguments(parser, "SPLADE / masked-LM checkpoint", "the calibration documents (e.g. scifact)")
     CalibrationOptions.add_arguments(parser, ["preset"])
     docs = CalibrationOptions.schema()["docs"]
-    add_limit(parser, "documents", default=docs.default, maximum=docs.bounds[1], dest="docs")
+    add_limit(parser, "documents", default=docs.default, maximum=MAX_DOCS, dest="docs")
     add_renamed(parser, "--docs", "--limit")
     CalibrationOptions.add_arguments(parser.add_mutually_exclusive_group(), ["cut_percent", "target_terms"])
     EncoderOptions.add_arguments(parser, ["max_length_doc"])  # a spec's calibrate block calls it max_length
