@@ -1,7 +1,7 @@
 """Automatic post-hoc calibration (APC): shift a SPLADE model's decoder bias by one constant.
 
 ``python -m vtrepro calibrate --model M --dataset scifact --cut-percent 60 --output DIR`` encodes a
-seeded sample of the first ``--docs`` documents, picks ``delta`` and saves the model with
+seeded sample of the first ``--limit`` documents, picks ``delta`` and saves the model with
 ``bias + delta`` (plus its tokenizer and ``calibration_report.json``).
 
 A per-term constant commutes with max-pooling: max over positions of ``logit + delta`` is
@@ -61,6 +61,10 @@ AUTHORS_SAMPLING = {"group_docs": 64, "per_group": 20_000, "max_samples": 1_000_
 all, seed 42."""
 
 
+COMMAND_FLAGS = {"--docs": "--limit", "--max-length": "--max-length-doc"}
+"""The calibrate command's flags for the options whose spec key names them otherwise."""
+
+
 @dataclass(frozen=True)
 class CalibrationOptions(Options):
     """What a calibration takes, in a spec's ``calibrate:`` block, a recipe's calibrate stage and on the
@@ -101,6 +105,17 @@ class CalibrationOptions(Options):
         if self.released_probe and self.target_terms is not None:
             return "target_terms", "with preset authors calibrates by 'cut_percent' (the released probe has no target terms)"
         return None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, **given: Any) -> CalibrationOptions:
+        """The options of calibrate's command line, where ``max_length`` is ``--max-length-doc`` (and ``docs``
+        ``--limit``, stored as ``docs``)."""
+        if hasattr(args, "max_length_doc"):
+            given = {**given, "max_length": args.max_length_doc}
+        return super().from_args(args, **given)
+
+    def to_argv(self, names: Sequence[str] | None = None) -> list[str]:
+        return [COMMAND_FLAGS.get(arg, arg) for arg in super().to_argv(names)]
 
     @property
     def released_probe(self) -> bool:
@@ -393,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     check_output(args.output, [resolve_model(args.model, args.model_dir), args.dataset, args.corpus, args.queries],
                  kind="folder")
     args.corpus = None if args.corpus is None else str(args.corpus)  # a path in words, as a spec or recipe gives it
-    options = CalibrationOptions.from_args(args, max_length=args.max_length_doc)
+    options = CalibrationOptions.from_args(args)
     report = run_calibration(args.model, args.output, options, queries=args.queries, data_dir=args.data_dir,
                              model_dir=args.model_dir, trust_remote_code=args.trust_remote_code)
     before, after = report["before"], report["after"]

@@ -16,6 +16,7 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.encode.reader import read_query_vectors
 from vtrepro.encode.vectors import escape_term
 from vtrepro.index.lucene import build_impact_index
+from vtrepro.index.lucene import main as index_main
 from vtrepro.search.command import main as search_main
 from vtrepro.search.lucene import search_impact
 from vtrepro.search.pisa import (
@@ -235,7 +236,8 @@ def test_search_command_writes_the_same_run_file_with_either_engine(both_indexes
                                for qid, vector in QUERIES.items() if vector))
     common = ["--queries", str(queries), "--k", "3"]
     assert search_main(["--index", str(lucene), "--output", str(tmp_path / "lucene.trec"), *common]) == 0
-    assert search_main(["--engine", "pisa", "--vectors", str(vectors), "--index", str(tmp_path / "pisa"),
+    assert index_main(["--engine", "pisa", "--vectors", str(vectors), "--output", str(tmp_path / "pisa")]) == 0
+    assert search_main(["--engine", "pisa", "--index", str(tmp_path / "pisa"),
                         "--output", str(tmp_path / "pisa.trec"), "--threads", "2", *common]) == 0
     assert (tmp_path / "pisa.trec").read_bytes() == (tmp_path / "lucene.trec").read_bytes()
     capsys.readouterr()
