@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     encoded = EncodedFolder(args.vectors)
     if args.engine == "pisa":
-        from vtrepro.search.pisa import ensure_pisa_index
+        from vtrepro.index.pisa import ensure_pisa_index
 
         check_output(args.output, [encoded.collection], kind="folder")
         meta, seconds = ensure_pisa_index(encoded.collection, args.output)

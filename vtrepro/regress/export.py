@@ -30,21 +30,28 @@ from vtrepro.core.anserini import anserini_version, pyserini_version
 from vtrepro.core.cli import (
     add_data_dir,
     add_datasets,
+    add_model,
+    add_model_dir,
     add_output_file,
     add_output_folder,
+    add_path,
     add_runs,
     add_spec,
+    add_trust_remote_code,
     cli_entry,
     command_parser,
+    number_in,
 )
 from vtrepro.core.errors import EXIT_OK, VtreproError
 from vtrepro.core.io import check_output, write_json
 from vtrepro.core.java import start_jvm
+from vtrepro.core.schema import MAX_TEXT_TOKENS
 from vtrepro.data.beir import load_dataset
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import read_query_vectors
 from vtrepro.index.lucene import index_stats, lucene_version
 from vtrepro.index.prebuilt import METADATA_NAME, PrebuiltRun, tarball_name, write_prebuilt
+from vtrepro.model.options import IDF_NAME, EncoderOptions
 from vtrepro.regress.bundle import checksum_path, write_bundle
 from vtrepro.regress.readme import ESCAPING, prebuilt_readme
 from vtrepro.regress.report import environment
@@ -75,8 +82,28 @@ def build_parser() -> argparse.ArgumentParser:
     add_output_folder(index, f"folder for the .tar.gz files, their .sha256 and .md5, and {METADATA_NAME}",
                       rule=f"an earlier export's {METADATA_NAME} there is added to")
     model = subcommands.add_parser("model", help=SUBCOMMANDS["model"], description=SUBCOMMANDS["model"])
-    importlib.import_module("vtrepro.regress.model_export").add_arguments(model)
+    _add_model_arguments(model)
     return parser
+
+
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``export model`` (:mod:`vtrepro.regress.model_export`, imported when it runs: it loads torch)."""
+    add_model(parser, "masked-LM SPLADE model to export")
+    add_model_dir(parser)
+    add_output_folder(parser, old_spelling=True)
+    add_spec(parser, required=False, what=": lengths, quantization and pinned figures of its condition for this "
+                                          "model go into the folder and its card")
+    parser.add_argument("--condition", help="the spec's condition for this model (default: the one impact condition "
+                                            "whose model is --model)")
+    add_runs(parser, "the --runs folder regress used: the figures observed there (<runs>/<spec>/results.json) join "
+                     "the card (default: none)", default=None)
+    add_path(parser, "--idf", "input file", help=f"{IDF_NAME} ({{token: idf}}) of an inference-free model: queries are "
+                                                 f"weighted by it (default: the model folder's {IDF_NAME}, if any)")
+    for name in ("doc", "query"):
+        default = EncoderOptions.schema()[f"max_length_{name}"].default
+        parser.add_argument(f"--max-length-{name}", type=number_in(int, 1, MAX_TEXT_TOKENS), default=None,
+                            help=f"tokens per {name} (default: the spec condition's, else {default})")
+    add_trust_remote_code(parser)
 
 
 @cli_entry

@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             run = search_impact(check_index_folder(opened.index), queries, args.k, args.threads,
                                 not args.keep_query_id)
     elif args.engine == "pisa":
-        from vtrepro.search.pisa import ensure_pisa_index, search_pisa
+        from vtrepro.index.pisa import ensure_pisa_index
+        from vtrepro.search.pisa import search_pisa
 
         if vectors is not None:
             ensure_pisa_index(vectors, args.index)
