@@ -188,7 +188,8 @@ def run_path(path: ArithPath, dataset: str, work: Path, src: Path, source: dict[
         encode += ["--shard-size", str(path.shard_size)]
     times = {}
     _, times["encode"] = run_stage("encode", encode, env, folder, src)
-    index_out, times["index"] = run_stage("index", ["--vectors", str(folder), "--index", str(folder / "index")], env, folder, src)
+    index_out, times["index"] = run_stage("index", ["--vectors", str(folder), "--output", str(folder / "index")], env, folder,
+                                          src)
     _, times["search"] = run_stage("search", ["--index", str(folder / "index"), "--queries", str(folder / "queries.jsonl"),
                                               "--output", str(folder / "run.trec")], env, folder, src)
     eval_out, times["evaluate"] = run_stage("evaluate", ["--run", str(folder / "run.trec"), "--dataset", dataset],

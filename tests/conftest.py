@@ -221,7 +221,7 @@ def record_mini_spec(root: Path, model: Path) -> tuple[Path, Path, Path]:
                     "    encoder: {max_length_doc: 64, max_length_query: 16, batch_size: 2}\n"
                     "    datasets:\n      mini:\n")
     runs = root / "runs"
-    assert cli_entry(regress_main)(["--spec", str(spec), "--data-dir", str(data), "--output", str(runs), "--record"]) == 0
+    assert cli_entry(regress_main)(["--spec", str(spec), "--data-dir", str(data), "--runs", str(runs), "--record"]) == 0
     return spec, data, runs
 
 
@@ -360,7 +360,7 @@ def splade_tiny_run(tmp_path_factory, data_dir, models_dir, encode_cache):
     spec = REGRESSIONS_DIR / "beir_splade_tiny.yaml"
     seed_spec_encodings(spec, output, models_dir, data_dir, encode_cache)
     args = ("--spec", str(spec), "--data-dir", str(data_dir),
-            "--model-dir", str(models_dir), "--output", str(output))
+            "--model-dir", str(models_dir), "--runs", str(output))
     code = regress(list(args))
     guard_run("splade_tiny_run", output / "beir_splade_tiny")
     return args, output / "beir_splade_tiny", code

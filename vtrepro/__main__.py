@@ -21,7 +21,7 @@ export model    regress.export           a model as a sentence-transformers Spar
 encode          encode.writer            encode a corpus and its queries into quantized JSON vectors
 fingerprint     encode.fingerprint       content fingerprint of vectors; compare two sets
 export vectors  regress.export           bundle a spec's encoded vectors with their fingerprints (one .tar)
-index           index.lucene             build a Lucene impact index with Anserini
+index           index.lucene             build an impact index: Lucene (Anserini) or PISA
 export index    regress.export           prebuilt Lucene impact indexes (Anserini, Pyserini) of a spec's runs
 search          search.command           batch impact search into a TREC run
 evaluate        evaluate.trec            score a run with pytrec_eval; compare two runs

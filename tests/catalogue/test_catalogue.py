@@ -39,7 +39,7 @@ def good_index(tmp_path_factory) -> Path:
     """A real impact index of three documents, built once."""
     root = tmp_path_factory.mktemp("catalogue")
     assert cli_entry(index_main)(["--vectors", str(write_vectors(root / "vectors", GOOD)),
-                                  "--index", str(root / "index")]) == 0
+                                  "--output", str(root / "index")]) == 0
     return root / "index"
 
 
@@ -82,7 +82,7 @@ def test_index_refuses_silently_changed_values(case, previous_index, tmp_path, c
     line, fragment = SILENT_VECTOR_CHANGES[case]
     vectors = write_vectors(tmp_path / "vectors", GOOD, line)
     before = snapshot(previous_index)
-    code, _, stderr = run_command(index_main, ["--vectors", vectors, "--index", previous_index], capsys)
+    code, _, stderr = run_command(index_main, ["--vectors", vectors, "--output", previous_index], capsys)
     assert_one_error_line(code, stderr, "part-00000.jsonl:4", fragment)
     assert snapshot(previous_index) == before
     assert sorted(path.name for path in tmp_path.iterdir()) == ["index", "vectors"]  # no staging left behind
@@ -140,7 +140,7 @@ def test_ids_anserini_cannot_carry_are_refused_at_the_source(case, tmp_path, cap
     data = _mini_beir(tmp_path / "data", corpus, queries, qrels)
     spec = tmp_path / "spec.yaml"
     spec.write_text("conditions:\n  bm25:\n    retrieval: bm25\n    datasets:\n      mini:\n")
-    code, _, stderr = run_module("vtrepro", "regress", "--spec", spec, "--data-dir", data, "--output", tmp_path / "runs",
+    code, _, stderr = run_module("vtrepro", "regress", "--spec", spec, "--data-dir", data, "--runs", tmp_path / "runs",
                                  capsys=capsys)
     assert_one_error_line(code, stderr, where)
 
@@ -150,7 +150,7 @@ def test_ids_anserini_cannot_carry_are_refused_at_the_source(case, tmp_path, cap
 def test_hidden_temporary_files_are_never_indexed(tmp_path, capsys):
     vectors = write_vectors(tmp_path / "vectors", GOOD)
     (vectors / ".part-00001.jsonl.k3j2.tmp").write_text(json.dumps({"id": "half", "vector": {"x": 1}}) + "\n")
-    code, stdout, _ = run_command(index_main, ["--vectors", vectors, "--index", tmp_path / "index"], capsys)
+    code, stdout, _ = run_command(index_main, ["--vectors", vectors, "--output", tmp_path / "index"], capsys)
     assert code == 0
     assert json.loads(stdout)["documents"] == len(GOOD)
 
@@ -209,7 +209,7 @@ def test_index_does_not_replace_a_folder_that_is_not_an_index(tmp_path, capsys):
     keep.mkdir()
     (keep / "thesis.tex").write_text("months of work")
     vectors = write_vectors(tmp_path / "vectors", GOOD)
-    code, _, stderr = run_command(index_main, ["--vectors", vectors, "--index", keep], capsys)
+    code, _, stderr = run_command(index_main, ["--vectors", vectors, "--output", keep], capsys)
     assert_one_error_line(code, stderr, "notes", "not a Lucene index")
     assert (keep / "thesis.tex").read_text() == "months of work"
 
@@ -240,7 +240,7 @@ def test_regress_keeps_the_results_of_runs_that_finished(tmp_path, capsys):
     (bad / "qrels" / "test.tsv").write_text(GOOD_QRELS)
     spec = tmp_path / "spec.yaml"
     spec.write_text("conditions:\n  bm25:\n    retrieval: bm25\n    datasets:\n      mini:\n      broken:\n")
-    code, _, stderr = run_module("vtrepro", "regress", "--spec", spec, "--data-dir", data, "--output", tmp_path / "runs",
+    code, _, stderr = run_module("vtrepro", "regress", "--spec", spec, "--data-dir", data, "--runs", tmp_path / "runs",
                                  capsys=capsys)
     assert_one_error_line(code, stderr, "bm25/broken", "corpus.jsonl:2", "report.md")
     results = json.loads((tmp_path / "runs" / "spec" / "results.json").read_text())

@@ -226,7 +226,7 @@ def test_a_vector_of_more_terms_than_any_vocabulary_is_refused(tmp_path, capsys)
     terms = ",".join(f'"t{i}":1' for i in range(MAX_VECTOR_TERMS + 1))
     shard = vectors / "part-00000.jsonl"
     shard.write_text(f'{{"id": "d1", "contents": "", "vector": {{{terms}}}}}\n')
-    code, stderr = run_command(fingerprint_main, [vectors], capsys)
+    code, stderr = run_command(fingerprint_main, ["--vectors", vectors], capsys)
     assert_one_error_line(code, stderr, f"{shard}:1: 'vector' holds {MAX_VECTOR_TERMS + 1} terms, more than the "
                                         f"{MAX_VECTOR_TERMS}")
 

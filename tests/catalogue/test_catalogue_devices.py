@@ -127,7 +127,7 @@ from vtrepro.core.cli import cli_entry
 from vtrepro.index.lucene import main as index
 from vtrepro.search.command import main as search
 vectors, folder, queries = sys.argv[1:]
-code = cli_entry(index)(["--vectors", vectors, "--index", folder + "/index"])
+code = cli_entry(index)(["--vectors", vectors, "--output", folder + "/index"])
 sys.exit(code or cli_entry(search)(["--index", folder + "/index", "--queries", queries, "--output", folder + "/run.trec"]))
 """
 
@@ -166,7 +166,7 @@ def test_a_path_that_is_not_utf8_is_refused_in_one_line(small_index, tmp_path, q
     """A folder name in another encoding (bytes 0xff): before, an internal error (exit 3) after creating folders."""
     vectors = write_vectors(tmp_path / "vectors", THREE)
     foreign = Path(os.fsdecode(bytes(tmp_path) + b"/latin-\xff"))
-    code, _, stderr = run_command(index_main, ["--vectors", vectors, "--index", foreign / "index"], capsys)
+    code, _, stderr = run_command(index_main, ["--vectors", vectors, "--output", foreign / "index"], capsys)
     assert_one_error_line(code, stderr, "not valid UTF-8", "rename it")
     assert not foreign.exists()
     shutil.copytree(small_index, foreign / "index")
@@ -272,14 +272,14 @@ def test_an_index_this_user_cannot_read_says_so(denied, small_index, tmp_path, q
 
 
 def test_an_index_target_that_is_not_a_folder_is_never_replaced(tmp_path, capsys):
-    """Before, ``index --index /dev/null`` moved the device aside, deleted it and put a folder in its place
+    """Before, ``index --output /dev/null`` moved the device aside, deleted it and put a folder in its place
     (found reproducing this issue). A FIFO stands in for the device here: the test must not risk /dev/null."""
     from vtrepro.core.errors import VtreproError
 
     vectors = write_vectors(tmp_path / "vectors", THREE)
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    code, _, stderr = run_command(index_main, ["--vectors", vectors, "--index", fifo], capsys)
+    code, _, stderr = run_command(index_main, ["--vectors", vectors, "--output", fifo], capsys)
     assert_one_error_line(code, stderr, str(fifo), "not a folder")
     with pytest.raises(VtreproError, match="not a folder"):  # the library path regress builds through
         build_impact_index(vectors, fifo)
@@ -292,10 +292,10 @@ def test_a_rebuild_on_a_full_disk_says_so_and_keeps_the_old_index(tmp_path, caps
     """Before: 'not a Lucene index; build it' about the hidden work folder (the old index was kept)."""
     small, large = write_vectors(tmp_path / "small", THREE), write_vectors(tmp_path / "large", FOUR_HUNDRED)
     with small_file_system(tmp_path / "disk", "96k") as disk:
-        assert cli_entry(index_main)(["--vectors", str(small), "--index", str(disk / "index")]) == 0
+        assert cli_entry(index_main)(["--vectors", str(small), "--output", str(disk / "index")]) == 0
         capsys.readouterr()
         before = snapshot(disk / "index")
-        code, _, stderr = run_command(index_main, ["--vectors", large, "--index", disk / "index"], capsys)
+        code, _, stderr = run_command(index_main, ["--vectors", large, "--output", disk / "index"], capsys)
         assert_one_error_line(code, stderr, "disk/index: the disk holding", "is full (No space left on device)",
                               "the previous index at", "is kept", "free disk space")
         assert snapshot(disk / "index") == before and index_stats(disk / "index")["documents"] == 3

@@ -330,7 +330,7 @@ def test_a_spec_model_that_is_neither_a_path_nor_a_hub_id_is_refused_at_load(nam
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"defaults: {{k: 10, metrics: [ndcg@10]}}\nconditions:\n  tiny:\n    model: {json.dumps(name)}\n"
                     "    datasets:\n      scifact:\n")
-    code, stderr = run(regress_main, ["--spec", spec, "--dry-run", "--output", tmp_path / "runs"], capsys)
+    code, stderr = run(regress_main, ["--spec", spec, "--dry-run", "--runs", tmp_path / "runs"], capsys)
     assert_one_error_line(code, stderr, f"{spec}:4:", "is neither a folder path", "nor a Hugging Face model id")
 
 

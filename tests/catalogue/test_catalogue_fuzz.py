@@ -139,7 +139,7 @@ def test_every_input_kind_fuzzed_ends_in_exit_0_or_2_bounded_and_contained(tmp_p
             (root / "run.trec").write_bytes(RUN)
             output = root / "out"
             _run(f"{file} {name}", evaluate, ["--run", root / "run.trec", "--dataset", folder], root, output, capsys)
-            _run(f"{file} {name} (regress)", regress, ["--spec", _spec(root, SPEC), "--data-dir", root, "--output",
+            _run(f"{file} {name} (regress)", regress, ["--spec", _spec(root, SPEC), "--data-dir", root, "--runs",
                                                        output, "--dry-run"], root, output, capsys)
             case(f"{file} (JSONL/TSV)")
         (folder / file).write_bytes(seed)
@@ -155,7 +155,7 @@ def test_every_input_kind_fuzzed_ends_in_exit_0_or_2_bounded_and_contained(tmp_p
     _beir(root)
     for name, data in {**mutations(SPEC, rng), "alias bomb": _alias_bomb(), "tag": b"!!python/object:os.system {}\n"}.items():
         (root / "spec.yaml").write_bytes(data)
-        _run(f"spec {name}", regress, ["--spec", root / "spec.yaml", "--data-dir", root, "--output", root / "out",
+        _run(f"spec {name}", regress, ["--spec", root / "spec.yaml", "--data-dir", root, "--runs", root / "out",
                                        "--dry-run"], root, root / "out", capsys)
         case("spec (YAML)")
     # results.json (JSON) through report.
@@ -181,7 +181,7 @@ def test_every_input_kind_fuzzed_ends_in_exit_0_or_2_bounded_and_contained(tmp_p
         tar.addfile(info, io.BytesIO(b"{}"))
     for name, data in tar_mutations(buffer.getvalue()).items():
         (root / "bundle.tar").write_bytes(data)
-        _run(f"bundle {name}", regress, ["--spec", root / "spec.yaml", "--data-dir", root, "--output", root / "out",
+        _run(f"bundle {name}", regress, ["--spec", root / "spec.yaml", "--data-dir", root, "--runs", root / "out",
                                          "--vectors", root / "bundle.tar"], root, root / "out", capsys)
         case("bundle (tar)")
     assert not Path("/tmp/vtrepro-fuzz-absolute.txt").exists()

@@ -23,6 +23,7 @@ from conftest import assert_one_error_line
 from vtrepro.core.cli import cli_entry
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.schema import MAX_YAML_BYTES, read_yaml
+from vtrepro.index.lucene import main as index_main
 from vtrepro.regress.runner import main as regress_main
 from vtrepro.regress.spec import REGRESSIONS_DIR, load_spec
 from vtrepro.search.command import main as search_main
@@ -116,7 +117,7 @@ def lucene_index(vectors: Path) -> Path:
 def test_k_beyond_the_maximum_is_refused_under_2_gib(engine, vectors: Path, tmp_path: Path) -> None:
     """It was 23 GB resident then the OOM kill (PISA, k=3e9), or a JavaException after searching began
     (Lucene, k=2^31-1): now the parser refuses it, before any index, JVM or allocation."""
-    engine_args = (["--engine", "pisa", "--vectors", str(vectors / "vectors"), "--index", str(tmp_path / "pisa")]
+    engine_args = (["--engine", "pisa", "--index", str(tmp_path / "pisa")]
                    if engine == "pisa" else ["--index", str(tmp_path / "no-index")])
     k = "3000000000" if engine == "pisa" else "2147483647"
     result, seconds = limited_run("search", *engine_args, "--queries", str(vectors / "queries.jsonl"),
@@ -130,7 +131,7 @@ def test_k_in_a_spec_is_refused_by_the_dry_run(tmp_path: Path, capsys) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(edited(SPEC, "k: 10", "k: 3000000000"))
     before = snapshot(tmp_path)
-    code, stderr = run(regress_main, ["--spec", spec, "--dry-run", "--output", tmp_path / "runs"], capsys)
+    code, stderr = run(regress_main, ["--spec", spec, "--dry-run", "--runs", tmp_path / "runs"], capsys)
     assert_one_error_line(code, stderr, f"{spec}:2: defaults.k must be an integer in [1, 10000], got 3000000000")
     assert snapshot(tmp_path) == before and not (tmp_path / "runs").exists()
 
@@ -138,10 +139,12 @@ def test_k_in_a_spec_is_refused_by_the_dry_run(tmp_path: Path, capsys) -> None:
 def test_k_above_the_documents_gives_the_same_run(lucene_index: Path, vectors: Path, tmp_path: Path, capsys) -> None:
     """Six documents: k=10000 is cut to 6 before Lucene and PISA allocate, and the run is k=6's, hit for hit."""
     runs = {}
+    code, stderr = run(index_main, ["--engine", "pisa", "--vectors", vectors / "vectors", "--output", tmp_path / "pisa"],
+                       capsys)
+    assert code == 0, stderr
     for engine, k in (("lucene", 10_000), ("lucene", 6), ("pisa", 10_000)):
         output = tmp_path / f"{engine}-{k}.trec"
-        engine_args = ["--index", lucene_index] if engine == "lucene" else [
-            "--engine", "pisa", "--vectors", vectors / "vectors", "--index", tmp_path / "pisa"]
+        engine_args = ["--index", lucene_index] if engine == "lucene" else ["--engine", "pisa", "--index", tmp_path / "pisa"]
         code, stderr = run(search_main, [*engine_args, "--queries", vectors / "queries.jsonl", "--output", output,
                                          "--k", k], capsys)
         assert code == 0, stderr
@@ -166,7 +169,7 @@ def test_a_yaml_alias_bomb_is_refused_under_2_gib(tmp_path: Path) -> None:
     spec = tmp_path / "bomb.yaml"
     spec.write_text("defaults:\n  split:\n" + BOMB + "  k: *i\nconditions:\n  bm25: {retrieval: bm25, datasets: {scifact: }}\n")
     before = snapshot(tmp_path)
-    result, seconds = limited_run("regress", "--spec", str(spec), "--dry-run", "--output", str(tmp_path / "runs"),
+    result, seconds = limited_run("regress", "--spec", str(spec), "--dry-run", "--runs", str(tmp_path / "runs"),
                                   cwd=tmp_path)
     assert_one_error_line(result.returncode, result.stderr, f"{spec}:8: YAML aliases expand to more than 100000 nodes")
     assert seconds < CPU_SECONDS
@@ -178,7 +181,7 @@ def bomb_recipe(tmp_path: Path) -> tuple[list[str], str]:
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("description:\n" + BOMB + "model: splade-tiny\ndata: {format: triples, path: t.tsv}\n"
                       "training: {steps: 1}\n")
-    return ["train", "--config", str(recipe), "--dry-run", "--output", str(tmp_path / "run")], f"{recipe}:7: "
+    return ["train", "--recipe", str(recipe), "--dry-run", "--output", str(tmp_path / "run")], f"{recipe}:7: "
 
 
 def bomb_table(tmp_path: Path) -> tuple[list[str], str]:
@@ -187,7 +190,7 @@ def bomb_table(tmp_path: Path) -> tuple[list[str], str]:
     table.write_text("source:\n" + BOMB + "systems: {}\n")
     spec = tmp_path / "spec.yaml"
     spec.write_text(edited(SPEC, "    datasets:", f"    published: {table}/system\n    datasets:"))
-    return ["regress", "--spec", str(spec), "--dry-run", "--output", str(tmp_path / "runs")], f"{table}:7: "
+    return ["regress", "--spec", str(spec), "--dry-run", "--runs", str(tmp_path / "runs")], f"{table}:7: "
 
 
 @pytest.mark.parametrize("make", [bomb_recipe, bomb_table], ids=["recipe (train --dry-run)", "published table"])
@@ -269,7 +272,7 @@ def test_train_dry_run_refuses_lengths_the_model_cannot_take(text, old, new, fra
 
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(edited(text, old, new))
-    code, stderr = run(train_main, ["--config", recipe, "--model-dir", models_dir, "--dry-run",
+    code, stderr = run(train_main, ["--recipe", recipe, "--model-dir", models_dir, "--dry-run",
                                     "--output", tmp_path / "run"], capsys)
     assert_one_error_line(code, stderr, f"{recipe}{fragment}")
     assert not (tmp_path / "run").exists()
@@ -366,7 +369,7 @@ OPTION_CASES = [
     ([*ENCODE, "--shard-size", "1000000000"], "--shard-size: expected an integer in [1, 100000]"),
     ([*ENCODE, "--sort-window", "1000000000"], "--sort-window: expected an integer in [1, 100000]"),
     ([*ENCODE, "--max-length-doc", "100000"], "--max-length-doc: expected an integer in [1, 8192]"),
-    ([*CALIBRATE, "--docs", "1000000000"], "--docs: expected an integer in [1, 10000000]"),
+    ([*CALIBRATE, "--limit", "1000000000"], "--limit: expected an integer in [1, 10000000]"),
     ([*CALIBRATE, "--max-sample", "1000000"], "--max-sample: expected an integer in [1, 50000]"),
     ([*CALIBRATE, "--batch-size", "100000"], "--batch-size: expected an integer in [1, 4096]"),
     (["mlm", "--model", "m", "--dataset", "d", "--output", "o", "--batch-size", "100000"],

@@ -122,7 +122,7 @@ def test_index_and_search_are_quiet_unless_verbose(encoded, tmp_path, java_home)
     env = {"JAVA_HOME": java_home} if java_home else {}
     for flags in ([], ["--verbose"]):
         index = tmp_path / f"index{len(flags)}"
-        indexed = run("vtrepro", "index", "--vectors", folder, "--index", index, *flags, env=env)
+        indexed = run("vtrepro", "index", "--vectors", folder, "--output", index, *flags, env=env)
         searched = run("vtrepro", "search", "--index", index, "--queries", folder / "queries.jsonl",
                        "--output", tmp_path / f"run{len(flags)}.trec", *flags, env=env)
         for code, stdout, stderr in (indexed, searched):

@@ -153,41 +153,40 @@ class OutputCase:
 OUTPUTS = {
     "search --output": OutputCase(
         search_main, lambda w, out: ["--index", w.index, "--queries", w.queries, "--output", out]),
-    "search --engine pisa --index (built)": OutputCase(
-        search_main, lambda w, out: ["--engine", "pisa", "--vectors", w.vectors, "--index", out, "--queries", w.queries,
-                                     "--output", w.root / "new.trec"]),
-    "index --index": OutputCase(index_main, lambda w, out: ["--vectors", w.vectors, "--index", out]),
+    "index --engine pisa --output": OutputCase(
+        index_main, lambda w, out: ["--engine", "pisa", "--vectors", w.vectors, "--output", out]),
+    "index --output": OutputCase(index_main, lambda w, out: ["--vectors", w.vectors, "--output", out]),
     "encode --output": OutputCase(
         encode_main, lambda w, out: ["--model", w.model, "--corpus", w.corpus, "--queries", w.text_queries,
                                      "--output", out]),
     "encode --dataset --output": OutputCase(
         encode_main, lambda w, out: ["--model", w.model, "--dataset", w.dataset, "--output", out]),
-    "export --output": OutputCase(
-        export_main, lambda w, out: ["--spec", w.spec, "--runs", w.runs, "--output", out]),
-    "regress --output": OutputCase(
-        regress_main, lambda w, out: ["--spec", w.spec, "--data-dir", w.data, "--output", out.parent]),
-    "regress --dry-run --output": OutputCase(
-        regress_main, lambda w, out: ["--spec", w.spec, "--data-dir", w.data, "--output", out.parent, "--dry-run"]),
-    "report --output": OutputCase(report_main, lambda w, out: [w.results, "--output", out]),
-    "train --output": OutputCase(train_main, lambda w, out: ["--config", w.recipe, "--output", out]),
+    "export vectors --output": OutputCase(
+        export_main, lambda w, out: ["vectors", "--spec", w.spec, "--runs", w.runs, "--output", out]),
+    "regress --runs": OutputCase(
+        regress_main, lambda w, out: ["--spec", w.spec, "--data-dir", w.data, "--runs", out.parent]),
+    "regress --dry-run --runs": OutputCase(
+        regress_main, lambda w, out: ["--spec", w.spec, "--data-dir", w.data, "--runs", out.parent, "--dry-run"]),
+    "report --output": OutputCase(report_main, lambda w, out: ["--results", w.results, "--output", out]),
+    "train --output": OutputCase(train_main, lambda w, out: ["--recipe", w.recipe, "--output", out]),
     "mlm --output": OutputCase(
         mlm_main, lambda w, out: ["--model", w.model, "--corpus", w.corpus, "--steps", 1, "--output", out]),
     "transfer --output": OutputCase(
         transfer_main, lambda w, out: ["--model", w.model, "--target-tokenizer", w.model, "--output", out]),
     "calibrate --output": OutputCase(
-        calibrate_main, lambda w, out: ["--model", w.model, "--corpus", w.corpus, "--docs", 1, "--output", out]),
+        calibrate_main, lambda w, out: ["--model", w.model, "--corpus", w.corpus, "--limit", 1, "--output", out]),
     "bench search --index-dir": OutputCase(
         bench_main, lambda w, out: ["search", "--vectors", w.vectors, "--queries", w.queries, "--index-dir", out]),
 }
 
 # Where each command's output is pointed: an input file, inside an input folder, a folder holding an
-# input (for folder outputs) and, for every command, a FIFO. regress writes <--output>/<spec name>.
+# input (for folder outputs) and, for every command, a FIFO. regress writes <--runs>/<spec name>.
 TARGETS: dict[str, dict[str, Callable[[World], Path]]] = {
     "search --output": {"input file": lambda w: w.queries, "inside input folder": lambda w: w.index / "run.trec"},
-    "search --engine pisa --index (built)": {"input file": lambda w: w.queries,
-                                             "inside input folder": lambda w: w.vectors / "pisa",
-                                             "holding an input": lambda w: w.queries.parent},
-    "index --index": {"input file": lambda w: w.vectors / "part-00000.jsonl",
+    "index --engine pisa --output": {"input file": lambda w: w.vectors / "part-00000.jsonl",
+                                     "inside input folder": lambda w: w.vectors / "pisa",
+                                     "holding an input": lambda w: w.vectors.parent},
+    "index --output": {"input file": lambda w: w.vectors / "part-00000.jsonl",
                       "inside input folder": lambda w: w.vectors / "index",
                       "holding an input": lambda w: w.vectors.parent},
     "encode --output": {"input file": lambda w: w.corpus, "inside input folder": lambda w: w.model / "encoded",
@@ -195,11 +194,11 @@ TARGETS: dict[str, dict[str, Callable[[World], Path]]] = {
     "encode --dataset --output": {"input file": lambda w: w.dataset / "corpus.jsonl",
                                   "inside input folder": lambda w: w.dataset / "encoded",
                                   "holding an input": lambda w: w.data},
-    "export --output": {"input file": lambda w: w.spec, "inside input folder": lambda w: w.runs / "bm" / "bundle.tar"},
-    "regress --output": {"input file": lambda w: w.root / "named" / "bm",
+    "export vectors --output": {"input file": lambda w: w.spec, "inside input folder": lambda w: w.runs / "bm" / "bundle.tar"},
+    "regress --runs": {"input file": lambda w: w.root / "named" / "bm",
                          "inside input folder": lambda w: w.dataset / "runs" / "bm",
                          "holding an input": lambda w: w.root / "bm"},
-    "regress --dry-run --output": {"inside input folder": lambda w: w.dataset / "runs" / "bm"},
+    "regress --dry-run --runs": {"inside input folder": lambda w: w.dataset / "runs" / "bm"},
     "report --output": {"input file": lambda w: w.results / "results.json",
                         "inside input folder": lambda w: w.results / "report",
                         "holding an input": lambda w: w.results.parent},
@@ -248,7 +247,7 @@ def test_no_command_writes_over_or_inside_an_input_or_to_a_fifo(command, where, 
     assert tree_state(world.root) == before
 
 
-@pytest.mark.parametrize("command", ["search", "export"])
+@pytest.mark.parametrize("command", ["search", "export vectors"])
 @pytest.mark.parametrize("special", ["FIFO", "link to /dev/null", "copy of /dev/null", "sha256 beside it a FIFO"])
 def test_a_file_output_that_is_not_a_regular_file_is_refused(command, special, world, capsys):
     """Before, as root: ``--output`` naming a device (or a FIFO, or a link to a device) was replaced by a
@@ -408,7 +407,7 @@ def test_record_on_a_read_only_file_system_is_refused_before_any_run(world, caps
     with small_file_system(world.root / "ro", "64k") as folder:
         spec = Path(shutil.copy(world.spec, folder / "bm.yaml"))
         subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
-        code, stderr = run_command(regress_main, ["--spec", spec, "--data-dir", world.data, "--output",
+        code, stderr = run_command(regress_main, ["--spec", spec, "--data-dir", world.data, "--runs",
                                                   world.root / "out", "--record"], capsys)
         assert_one_error_line(code, stderr, str(spec), "Read-only file system")
         assert not (world.root / "out").exists()
@@ -422,7 +421,7 @@ def test_a_record_that_fails_at_the_end_still_writes_the_results_and_report(worl
         with open(disk / "filler", "wb") as filler, contextlib.suppress(OSError):
             filler.write(b"\0" * (1 << 20))
         before = spec.read_bytes()
-        code, stderr = run_command(regress_main, ["--spec", spec, "--data-dir", world.data, "--output",
+        code, stderr = run_command(regress_main, ["--spec", spec, "--data-dir", world.data, "--runs",
                                                   world.root / "out", "--record"], capsys)
         assert_one_error_line(code, stderr, str(spec), "recording the observed values failed", "No space left",
                               "report.md")

@@ -129,12 +129,12 @@ def command(name: str, model: Path, splade_tiny: Path, texts: dict[str, Path], w
     arguments = {
         "encode": ["encode", "--model", model, *corpus, "--output", out],
         "transfer:model": ["transfer", "--model", model, "--target-tokenizer", splade_tiny, "--reference", splade_tiny,
-                           "--out", out],
+                           "--output", out],
         "transfer:reference": ["transfer", "--model", splade_tiny, "--target-tokenizer", splade_tiny,
-                               "--reference", model, "--out", out],
-        "calibrate": ["calibrate", "--model", model, *corpus, "--docs", 3, "--output", out],
-        "mlm": ["mlm", "--model", model, *corpus, "--steps", 1, "--batch-size", 2, "--max-length", 16, "--out", out],
-        "train": ["train", "--config", write_recipe(work / "tiny.yaml", triples_recipe(model, texts["triples"])),
+                               "--reference", model, "--output", out],
+        "calibrate": ["calibrate", "--model", model, *corpus, "--limit", 3, "--output", out],
+        "mlm": ["mlm", "--model", model, *corpus, "--steps", 1, "--batch-size", 2, "--max-length", 16, "--output", out],
+        "train": ["train", "--recipe", write_recipe(work / "tiny.yaml", triples_recipe(model, texts["triples"])),
                   "--output", out],
         "regress": ["regress", "--spec", write_spec(work / "mini_spec.yaml", model), "--data-dir", texts["data"],
                     "--output", out, "--record"],  # --record: the unpinned spec's figures are written, exit 0
@@ -221,7 +221,7 @@ def test_a_config_vocabulary_that_differs_from_the_weights_is_named(name, splade
 
 
 def transfer_onto(target: Path, splade_tiny: Path, out: Path) -> list:
-    return ["transfer", "--model", splade_tiny, "--target-tokenizer", target, "--reference", splade_tiny, "--out", out]
+    return ["transfer", "--model", splade_tiny, "--target-tokenizer", target, "--reference", splade_tiny, "--output", out]
 
 
 @pytest.mark.parametrize("given", ["folder", "tokenizer.json", "folder with config.json"])
@@ -279,7 +279,7 @@ def test_a_resumed_run_opens_no_pickle_in_its_checkpoint(interrupted, marker, tm
     shutil.copytree(run, resumed)
     for name in PICKLE_NAMES:
         plant(resumed / "checkpoint-000001" / name, marker)
-    code, stderr = vtrepro_command(["train", "--config", recipe, "--output", resumed], capsys)
+    code, stderr = vtrepro_command(["train", "--recipe", recipe, "--output", resumed], capsys)
     assert code == 0, stderr
     assert "resuming from" in stderr and (resumed / "final" / "model.safetensors").is_file()
 
@@ -294,7 +294,7 @@ def test_a_pickled_trainer_state_is_refused_before_anything_runs(dry_run, splade
     (run / "train_log.jsonl").write_text(json.dumps({"step": 1, "loss": 0.5}) + "\n")
     recipe = write_recipe(tmp_path / "resume.yaml", triples_recipe(splade_tiny, texts["triples"], steps=2, save_every=1))
     before = snapshot(run)
-    code, stderr = vtrepro_command(["train", "--config", recipe, "--output", run, *(["--dry-run"] * dry_run)], capsys)
+    code, stderr = vtrepro_command(["train", "--recipe", recipe, "--output", run, *(["--dry-run"] * dry_run)], capsys)
     assert_one_error_line(code, stderr, str(checkpoint / PICKLED_STATE_NAME), "never unpickles",
                           f"remove the checkpoint-* folders of {run}")
     assert snapshot(run) == before
@@ -307,10 +307,10 @@ def test_a_pickled_trainer_state_is_refused_before_anything_runs(dry_run, splade
 def test_a_pickle_in_a_vector_bundle_is_never_opened(splade_tiny, texts, marker, tmp_path, capsys):
     spec = write_spec(tmp_path / "mini_spec.yaml", splade_tiny)
     runs = tmp_path / "runs"
-    assert vtrepro_command(["regress", "--spec", spec, "--data-dir", texts["data"], "--output", runs, "--record"],
+    assert vtrepro_command(["regress", "--spec", spec, "--data-dir", texts["data"], "--runs", runs, "--record"],
                            capsys)[0] == 0
     bundle = tmp_path / "mini.tar"
-    assert vtrepro_command(["export", "--spec", spec, "--runs", runs, "--output", bundle], capsys)[0] == 0
+    assert vtrepro_command(["export", "vectors", "--spec", spec, "--runs", runs, "--output", bundle], capsys)[0] == 0
     with tarfile.open(bundle, "a") as archive:  # a pickle under every name, beside the run's vectors
         for name in (*PICKLE_NAMES, "vectors/part-00001.pkl"):
             data = pickle.dumps(Plant(marker))

@@ -51,7 +51,7 @@ def test_a_spec_cannot_grant_remote_code(tmp_path: Path, model_with_code: Path, 
                            "model: splade-tiny", "model: coded"))
     before = snapshot(tmp_path)
     for extra in ([], ["--dry-run"]):
-        code, _, err = run_command(regress_main, ["--spec", spec, "--output", tmp_path / "runs", "--data-dir", data_dir,
+        code, _, err = run_command(regress_main, ["--spec", spec, "--runs", tmp_path / "runs", "--data-dir", data_dir,
                                                   "--model-dir", tmp_path / "models", *extra], capsys)
         assert_one_error_line(code, err, str(spec), "condition 'tiny'", "rerun with --trust-remote-code")
     assert not (tmp_path / "ran").exists() and not (tmp_path / "runs").exists()
@@ -61,7 +61,7 @@ def test_a_spec_cannot_grant_remote_code(tmp_path: Path, model_with_code: Path, 
 def test_the_flag_grants_what_the_spec_asks(tmp_path: Path, data_dir: Path, capsys) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(edited(SPEC, "trust_remote_code: false", "trust_remote_code: true"))
-    code, out, err = run_command(regress_main, ["--spec", spec, "--output", tmp_path / "runs", "--data-dir", data_dir,
+    code, out, err = run_command(regress_main, ["--spec", spec, "--runs", tmp_path / "runs", "--data-dir", data_dir,
                                                 "--dry-run", "--trust-remote-code"], capsys)
     assert code == 0, err
     assert "tiny" in out
@@ -70,7 +70,7 @@ def test_the_flag_grants_what_the_spec_asks(tmp_path: Path, data_dir: Path, caps
 def test_a_recipe_cannot_grant_remote_code(tmp_path: Path, capsys) -> None:
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(edited(RECIPE, "trust_remote_code: false", "trust_remote_code: true"))
-    code, _, err = run_command(train_main, ["--config", recipe, "--output", tmp_path / "run", "--dry-run"], capsys)
+    code, _, err = run_command(train_main, ["--recipe", recipe, "--output", tmp_path / "run", "--dry-run"], capsys)
     assert_one_error_line(code, err, str(recipe), "the recipe set trust_remote_code: true", "--trust-remote-code")
     assert not (tmp_path / "run").exists()
 

@@ -124,7 +124,7 @@ def write_results(folder: Path, document: dict | list | str | bytes, per_query: 
 
 
 def report(folders: list[Path], output: Path, capsys, *options: str) -> tuple[int, str, str]:
-    return run_command(report_main, [*folders, "--output", output, *options], capsys)
+    return run_command(report_main, ["--results", *folders, "--output", output, *options], capsys)
 
 
 # -- 1. Markup in every text field reaches no output unescaped ------------------------------------------
@@ -160,7 +160,7 @@ def hostile_reports(tmp_path_factory) -> dict[str, tuple[Path, int]]:
     for name, texts in (("hostile", HOSTILE), ("harmless", SAME_LENGTHS)):
         folder = write_results(root / name, results_document(texts))
         output = root / f"{name}-report"
-        built[name] = output, cli_entry(report_main)([str(folder), "--output", str(output)])
+        built[name] = output, cli_entry(report_main)(["--results", str(folder), "--output", str(output)])
     return built
 
 
@@ -364,10 +364,10 @@ def test_a_results_file_naming_outside_files_reads_none_of_them(tmp_path):
 
 
 def test_a_metric_the_results_do_not_hold_is_refused(tmp_path, capsys):
-    """``--metric ndcg@7`` used to give an empty matrix and exit 0."""
+    """``--metrics ndcg@7`` used to give an empty matrix and exit 0."""
     folder = write_results(tmp_path / "results", results_document(HARMLESS))
-    code, _, stderr = report([folder], tmp_path / "out", capsys, "--metric", "ndcg@7")
-    assert_one_error_line(code, stderr, "--metric ndcg@7", str(folder), "they hold ndcg@10, recall@100")
+    code, _, stderr = report([folder], tmp_path / "out", capsys, "--metrics", "ndcg@7")
+    assert_one_error_line(code, stderr, "--metrics ndcg@7", str(folder), "they hold ndcg@10, recall@100")
     assert not (tmp_path / "out").exists()
 
 

@@ -155,41 +155,42 @@ RECIPE_CASES = [
 
 # (module, arguments that are valid except for one numeric option, fragment of argparse's message)
 OPTION_CASES = [
-    ("transfer", ["--source", "m", "--out", "o", "--temperature", "-1"], "--temperature: expected a number > 0"),
-    ("transfer", ["--source", "m", "--out", "o", "--temperature", "nan"], "--temperature: expected a number > 0"),
-    ("transfer", ["--source", "m", "--out", "o", "--seed", "-1"], "--seed: expected an integer >= 0"),
-    ("transfer", ["--source", "m", "--out", "o", "--chunk-size", "0"], "--chunk-size: expected an integer >= 1"),
-    ("transfer", ["--source", "m", "--out", "o", "--leaveout", "1"], "--leaveout: expected a number in (0, 1)"),
-    ("transfer", ["--source", "m", "--out", "o", "--leaveout", "0"], "--leaveout: expected a number in (0, 1)"),
-    ("transfer", ["--source", "m", "--out", "o", "--leaveout-seed", "x"], "--leaveout-seed: expected an integer >= 0"),
-    ("calibrate", ["--model", "m", "--dataset", "d", "--out", "o", "--docs", "0"],
-     "--docs: expected an integer in [1, 10000000]"),
-    ("calibrate", ["--model", "m", "--dataset", "d", "--out", "o", "--cut-percent", "150"],
+    ("transfer", ["--model", "m", "--output", "o", "--temperature", "-1"], "--temperature: expected a number > 0"),
+    ("transfer", ["--model", "m", "--output", "o", "--temperature", "nan"], "--temperature: expected a number > 0"),
+    ("transfer", ["--model", "m", "--output", "o", "--seed", "-1"], "--seed: expected an integer >= 0"),
+    ("transfer", ["--model", "m", "--output", "o", "--chunk-size", "0"], "--chunk-size: expected an integer >= 1"),
+    ("transfer", ["--model", "m", "--output", "o", "--leaveout", "1"], "--leaveout: expected a number in (0, 1)"),
+    ("transfer", ["--model", "m", "--output", "o", "--leaveout", "0"], "--leaveout: expected a number in (0, 1)"),
+    ("transfer", ["--model", "m", "--output", "o", "--leaveout-seed", "x"], "--leaveout-seed: expected an integer >= 0"),
+    ("calibrate", ["--model", "m", "--dataset", "d", "--output", "o", "--limit", "0"],
+     "--limit: expected an integer in [1, 10000000]"),
+    ("calibrate", ["--model", "m", "--dataset", "d", "--output", "o", "--cut-percent", "150"],
      "--cut-percent: expected a number in (0, 100)"),
-    ("calibrate", ["--model", "m", "--dataset", "d", "--out", "o", "--cut-percent", "0"],
+    ("calibrate", ["--model", "m", "--dataset", "d", "--output", "o", "--cut-percent", "0"],
      "--cut-percent: expected a number in (0, 100)"),
-    ("calibrate", ["--model", "m", "--dataset", "d", "--out", "o", "--target-terms", "0"],
+    ("calibrate", ["--model", "m", "--dataset", "d", "--output", "o", "--target-terms", "0"],
      "--target-terms: expected a number in (0, 1000000]"),
-    ("calibrate", ["--model", "m", "--dataset", "d", "--out", "o", "--max-length", "0"],
-     "--max-length: expected an integer in [1, 8192]"),
-    ("calibrate", ["--model", "m", "--dataset", "d", "--out", "o", "--max-sample", "0"],
+    ("calibrate", ["--model", "m", "--dataset", "d", "--output", "o", "--max-length-doc", "0"],
+     "--max-length-doc: expected an integer in [1, 8192]"),
+    ("calibrate", ["--model", "m", "--dataset", "d", "--output", "o", "--max-sample", "0"],
      "--max-sample: expected an integer in [1, 50000]"),
-    ("calibrate", ["--model", "m", "--dataset", "d", "--out", "o", "--batch-size", "0"],
+    ("calibrate", ["--model", "m", "--dataset", "d", "--output", "o", "--batch-size", "0"],
      "--batch-size: expected an integer in [1, 4096]"),
-    ("calibrate", ["--model", "m", "--dataset", "d", "--out", "o", "--seed", "-1"], "--seed: expected an integer >= 0"),
-    ("mlm", ["--model", "m", "--dataset", "d", "--out", "o", "--steps", "0"], "--steps: expected an integer >= 1"),
-    ("mlm", ["--model", "m", "--dataset", "d", "--out", "o", "--mask-rate", "1.5"], "--mask-rate: expected a number in (0, 1]"),
-    ("mlm", ["--model", "m", "--dataset", "d", "--out", "o", "--lr", "0"], "--lr: expected a number > 0"),
-    ("mlm", ["--model", "m", "--dataset", "d", "--out", "o", "--batch-size", "0"],
+    ("calibrate", ["--model", "m", "--dataset", "d", "--output", "o", "--seed", "-1"], "--seed: expected an integer >= 0"),
+    ("mlm", ["--model", "m", "--dataset", "d", "--output", "o", "--steps", "0"], "--steps: expected an integer >= 1"),
+    ("mlm", ["--model", "m", "--dataset", "d", "--output", "o", "--mask-rate", "1.5"],
+     "--mask-rate: expected a number in (0, 1]"),
+    ("mlm", ["--model", "m", "--dataset", "d", "--output", "o", "--lr", "0"], "--lr: expected a number > 0"),
+    ("mlm", ["--model", "m", "--dataset", "d", "--output", "o", "--batch-size", "0"],
      "--batch-size: expected an integer in [1, 4096]"),
-    ("mlm", ["--model", "m", "--dataset", "d", "--out", "o", "--warmup-steps", "-1"],
+    ("mlm", ["--model", "m", "--dataset", "d", "--output", "o", "--warmup-steps", "-1"],
      "--warmup-steps: expected an integer >= 0"),
-    ("mlm", ["--model", "m", "--dataset", "d", "--out", "o", "--max-texts", "0"], "--max-texts: expected an integer >= 1"),
-    ("bench", ["encode", "--limit", "-1"], "--limit: expected an integer >= 0"),
+    ("mlm", ["--model", "m", "--dataset", "d", "--output", "o", "--limit", "0"], "--limit: expected an integer >= 1"),
+    ("bench", ["encode", "--limit", "0"], "--limit: expected an integer >= 1"),
     ("bench", ["encode", "--batch-size", "0"], "--batch-size: expected an integer in [1, 4096]"),
-    ("bench", ["encode", "--max-length", "0"], "--max-length: expected an integer in [1, 8192]"),
+    ("bench", ["encode", "--max-length-doc", "0"], "--max-length-doc: expected an integer in [1, 8192]"),
     ("bench", ["encode", "--repeat", "0"], "--repeat: expected an integer >= 1"),
-    ("train", ["--config", "r", "--gpu-tflops", "0"], "--gpu-tflops: expected a number > 0"),
+    ("train", ["--recipe", "r", "--gpu-tflops", "0"], "--gpu-tflops: expected a number > 0"),
 ]
 
 # train defines torch.nn.Module subclasses at module level, so it still imports torch.
@@ -243,7 +244,7 @@ def test_invalid_spec_value_rejected_by_dry_run(tmp_path: Path, old: str, new: s
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "spec.yaml"
     path.write_text(edited(SPEC, old, new))
-    result = run_module("vtrepro", "regress", "--spec", path, "--dry-run", "--output", tmp_path / "runs", capsys=capsys)
+    result = run_module("vtrepro", "regress", "--spec", path, "--dry-run", "--runs", tmp_path / "runs", capsys=capsys)
     assert_cli_error(result, f"{path}:{line}: ", fragment)
     assert not (tmp_path / "runs").exists()
 
@@ -260,7 +261,7 @@ def test_invalid_recipe_value_rejected_at_load(tmp_path: Path, old: str, new: st
 def test_invalid_recipe_value_rejected_by_dry_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "recipe.yaml"
     path.write_text(edited(RECIPE, "init: topology", "init: topolgy"))
-    result = run_module("vtrepro", "train", "--config", path, "--dry-run", "--output", tmp_path / "run", capsys=capsys)
+    result = run_module("vtrepro", "train", "--recipe", path, "--dry-run", "--output", tmp_path / "run", capsys=capsys)
     assert_cli_error(result, f"{path}:4: ", "init must be one of topology")
     assert not (tmp_path / "run").exists()
 
@@ -281,7 +282,7 @@ def test_numeric_option_out_of_range(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_numeric_option_out_of_range_from_the_shell(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    result = run_module("vtrepro", "calibrate", "--model", "m", "--dataset", "d", "--out", "o", "--cut-percent", "150",
+    result = run_module("vtrepro", "calibrate", "--model", "m", "--dataset", "d", "--output", "o", "--cut-percent", "150",
                         capsys=capsys)
     assert_cli_error(result, "argument --cut-percent: expected a number in (0, 100)")
     assert not (tmp_path / "o").exists()

@@ -60,7 +60,7 @@ def test_calibrated_shifted_models_match_the_original(tmp_path, splade_tiny, dat
         "    datasets:\n      scifact-judged:\n"
         for name, block in conditions.items()
     ))
-    regress(["--spec", str(spec), "--data-dir", str(data), "--output", str(tmp_path / "runs")])
+    regress(["--spec", str(spec), "--data-dir", str(data), "--runs", str(tmp_path / "runs")])
     rows = json.loads((tmp_path / "runs" / "apc" / "results.json").read_text())["rows"]
     ndcg = {row["condition"]: row["observed"] for row in rows if row["metric"] == "ndcg@10"}
     actives = {}

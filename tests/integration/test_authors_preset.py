@@ -74,7 +74,7 @@ def released_transform(source_dir: Path, target_dir: Path) -> dict:
 def test_authors_preset_reproduces_the_released_transform(source: str, bpe_sources: dict, splade_tiny: Path,
                                                          tmp_path: Path) -> None:
     out = tmp_path / "out"
-    code = main(["--preset", "authors", "--source", str(bpe_sources[source]), "--target-tokenizer", str(splade_tiny),
+    code = main(["--preset", "authors", "--model", str(bpe_sources[source]), "--target-tokenizer", str(splade_tiny),
                  "--reference", str(splade_tiny), "--output", str(out)])
     assert code == 0
     expected = released_transform(bpe_sources[source], splade_tiny)

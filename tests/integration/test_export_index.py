@@ -141,11 +141,15 @@ def test_search_takes_the_tarball_and_its_topics(exported, tmp_path):
 
 
 def test_export_lists_its_subcommands_and_plain_export_still_means_vectors(capsys, tmp_path):
-    assert export(["--help"]) == 0
+    with pytest.raises(SystemExit) as exited:
+        export(["--help"])
+    assert exited.value.code == 0
     listed = capsys.readouterr().out
-    assert all(f"\n  {name}" in listed for name in ("vectors", "index", "model"))
+    assert all(f"\n    {name} " in listed for name in ("vectors", "index", "model"))
     assert export(["--spec", "beir_splade_tiny", "--runs", str(tmp_path), "--output", str(tmp_path / "b.tar")]) == 2
-    assert "no runs of beir_splade_tiny" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "'export --spec' without a subcommand is deprecated; write 'export vectors --spec'" in err
+    assert "no runs of beir_splade_tiny" in err
     assert export(["index", "--spec", "beir_splade_tiny", "--runs", str(tmp_path), "--output", str(tmp_path / "o")]) == 2
     assert "no runs of beir_splade_tiny" in capsys.readouterr().err
 
@@ -163,7 +167,7 @@ def test_regress_takes_a_prebuilt_index_in_place_of_encoding_and_every_figure_is
     assert export(["index", "--spec", str(spec), "--runs", str(runs), "--data-dir", str(data), "--output", str(out)]) == 0
     tarball = out / "lucene-impact.mini_spec.tiny.mini.tar.gz"
     for source, name in ((tarball, "again"), (out, "folder")):
-        assert regress(["--spec", str(spec), "--data-dir", str(data), "--output", str(tmp_path / name),
+        assert regress(["--spec", str(spec), "--data-dir", str(data), "--runs", str(tmp_path / name),
                         "--vectors", str(source), "--strict"]) == 0
         rows = json.loads((tmp_path / name / "mini_spec" / "results.json").read_text())["rows"]
         judged = [row for row in rows if row["kind"] != "efficiency"]

@@ -120,13 +120,13 @@ def test_regular_install_finds_shipped_files_by_name_from_any_folder(tmp_path, d
 
     script = str(venv / "bin" / "vtrepro")
     regress = subprocess.run([script, "regress", "--spec", "beir_bm25_flat", "--datasets", "nfcorpus",
-                              "--data-dir", str(data_dir), "--output", str(tmp_path / "runs")],
+                              "--data-dir", str(data_dir), "--runs", str(tmp_path / "runs")],
                              capture_output=True, text=True, env=environment, cwd=elsewhere)
     assert regress.returncode == 0, regress.stdout[-3000:] + regress.stderr[-3000:]
     assert "0 not OK" in regress.stdout
     assert (tmp_path / "runs" / "beir_bm25_flat" / "report.md").is_file()
 
-    train = subprocess.run([script, "train", "--config", "modernbert_vt", "--dry-run"],
+    train = subprocess.run([script, "train", "--recipe", "modernbert_vt", "--dry-run"],
                            capture_output=True, text=True, env=environment, cwd=elsewhere)
     assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
     assert "transfer" in train.stdout and "GPU-hours" in train.stdout

@@ -48,7 +48,7 @@ def test_two_agents_train_what_one_process_does(tmp_path, splade_tiny, data_dir)
     }
     config = tmp_path / "ddp.yaml"
     config.write_text(yaml.safe_dump(recipe, sort_keys=False))
-    train = ["-m", "vtrepro", "train", "--config", str(config), "--output"]
+    train = ["-m", "vtrepro", "train", "--recipe", str(config), "--output"]
     subprocess.run([sys.executable, *train, str(tmp_path / "one")], check=True, cwd=REPO, capture_output=True,
                    timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     agents = run_two_agents([*train, str(tmp_path / "two")], REPO, tmp_path / "logs")

@@ -67,7 +67,7 @@ def test_micro_paper_chain(kind: str, gpt2_bpe: Path, splade_tiny: Path, data_di
     recipe.write_text(RECIPE.format(name=kind, source=source, target=splade_tiny))
     spec = tmp_path / "micro.yaml"
     spec.write_text(SPEC.format(name=kind, recipe=recipe))
-    code = regress(["--spec", str(spec), "--data-dir", str(data_dir), "--output", str(tmp_path / "runs"), "--record"])
+    code = regress(["--spec", str(spec), "--data-dir", str(data_dir), "--runs", str(tmp_path / "runs"), "--record"])
     assert code == 0 and "ndcg@10:" in spec.read_text()  # every figure ran and was recorded into the spec
 
     run = tmp_path / "runs" / "train" / "chain"

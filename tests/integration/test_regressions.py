@@ -39,8 +39,8 @@ def test_an_exported_bundle_reproduces_every_figure_exactly(splade_tiny_run, tmp
 
     args, out_dir, _ = splade_tiny_run
     bundle = tmp_path / "splade_tiny.tar"
-    assert export(["--spec", "beir_splade_tiny", "--runs", str(out_dir.parent), "--output", str(bundle)]) == 0
-    replay = [*args[:args.index("--output")], "--output", str(tmp_path / "replay"), "--vectors", str(bundle)]
+    assert export(["vectors", "--spec", "beir_splade_tiny", "--runs", str(out_dir.parent), "--output", str(bundle)]) == 0
+    replay = [*args[:args.index("--runs")], "--runs", str(tmp_path / "replay"), "--vectors", str(bundle)]
     assert regress(replay) == 0
     rows = json.loads((tmp_path / "replay" / "beir_splade_tiny" / "results.json").read_text())["rows"]
     observed = json.loads((out_dir / "results.json").read_text())["rows"]
@@ -94,6 +94,6 @@ def test_identity_transfer_reproduces_splade_tiny(splade_tiny_run, tmp_path, dat
     target = tmp_path / "vt_identity_splade_tiny" / "identity" / "scifact"
     shutil.copytree(out_dir / "splade-tiny" / "scifact", target, ignore=shutil.ignore_patterns("index", "run.trec"))
     code = regress(["--spec", str(REGRESSIONS_DIR / "vt_identity_splade_tiny.yaml"), "--datasets", "scifact",
-                    "--data-dir", str(data_dir), "--model-dir", str(models_dir), "--output", str(tmp_path)])
+                    "--data-dir", str(data_dir), "--model-dir", str(models_dir), "--runs", str(tmp_path)])
     assert code == 0
     assert read_trec_run(target / "run.trec") == read_trec_run(out_dir / "splade-tiny" / "scifact" / "run.trec")

@@ -40,7 +40,7 @@ TRAINED_BY_SPECS = {condition.train for spec in SPECS for condition in load_spec
 def test_every_shipped_spec_rehearses(spec: str, rehearsals: Path, capsys) -> None:
     started = time.perf_counter()
     code, out, err = run_command(regress, ["--spec", spec, "--rehearse", "--trust-remote-code",
-                                           "--output", str(rehearsals)], capsys)
+                                           "--runs", str(rehearsals)], capsys)
     SECONDS[f"spec {spec}"] = time.perf_counter() - started
     assert code == 0, err[-2000:]
     assert out.startswith("REHEARSAL:") and " 0 not OK" in out  # nothing judged, nothing failed

@@ -17,9 +17,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def comparison(bm25_flat_run, splade_tiny_run, tmp_path_factory):
-    """``python -m vtrepro report runs/beir_bm25_flat runs/beir_splade_tiny``, as the issue runs it."""
+    """``python -m vtrepro report --results runs/beir_bm25_flat runs/beir_splade_tiny``."""
     output = tmp_path_factory.mktemp("report")
-    assert report([str(bm25_flat_run[0]), str(splade_tiny_run[1]), "--output", str(output)]) == 0
+    assert report(["--results", str(bm25_flat_run[0]), str(splade_tiny_run[1]), "--output", str(output)]) == 0
     return output
 
 

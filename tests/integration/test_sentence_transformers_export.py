@@ -3,7 +3,6 @@ quantized vectors exactly (documents and queries; an inference-free model's IDF 
 the model card prints."""
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from vtrepro.encode.vectors import Quantization, escaped_vocabulary, to_impact_vector
 from vtrepro.model.idf import IdfQueryEncoder
 from vtrepro.regress import model_export
+from vtrepro.regress.export import build_parser as export_parser
 
 pytestmark = pytest.mark.slow
 
@@ -22,9 +22,7 @@ QUERIES = 40
 
 
 def export(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser()
-    model_export.add_arguments(parser)
-    return model_export.run(parser.parse_args(argv))
+    return model_export.run(export_parser().parse_args(["model", *argv]))
 
 
 def card_code(folder: Path) -> dict:

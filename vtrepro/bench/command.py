@@ -20,51 +20,61 @@ import argparse
 import os
 from pathlib import Path
 
-from vtrepro.core.cli import add_data_dir, cli_entry, command_parser, non_negative_int, number_in, positive_int
+from vtrepro.core.cli import (
+    add_data_dir,
+    add_device,
+    add_limit,
+    add_output_folder,
+    add_path,
+    add_renamed,
+    add_threads,
+    add_trust_remote_code,
+    add_vectors,
+    cli_entry,
+    command_parser,
+    positive_int,
+)
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output
 from vtrepro.encode.folder import EncodedFolder
-from vtrepro.model.options import SCREENS, EncoderOptions
+from vtrepro.model.options import EncoderOptions
 from vtrepro.search.runs import add_k
 
 # Each benchmark's module is imported once it is chosen, on purpose: torch, transformers, Anserini and
 # PISA load only for the benchmark that needs them, and `--help` and argument errors stay fast.
 
 
-@cli_entry
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("bench", __doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     encode = commands.add_parser("encode", help="document encoding throughput vs sentence-transformers SparseEncoder")
     encode.add_argument("--model", help="model folder (default: $VTREPRO_MODELS/splade-tiny)")
     add_data_dir(encode)
     encode.add_argument("--dataset", default="scifact", help="BEIR dataset name or folder (default scifact)")
-    encode.add_argument("--limit", type=non_negative_int, default=500, help="first N documents; 0 for all (default 500)")
-    EncoderOptions.add_arguments(encode, ["batch_size", "max_length_doc", "dtype"])
-    encode.add_argument("--max-length", dest="max_length_doc", default=argparse.SUPPRESS, help=argparse.SUPPRESS,
-                        type=number_in(int, *EncoderOptions.schema()["max_length_doc"].bounds))  # the old spelling
+    add_limit(encode, "documents", default=ENCODE_DOCUMENTS)
+    EncoderOptions.add_arguments(encode, ["batch_size", "max_length_doc", "dtype", "projection"])
+    add_renamed(encode, "--max-length", "--max-length-doc")
+    add_renamed(encode, "--screen", "--projection", values=OLD_SCREENS)
     encode.add_argument("--repeat", type=positive_int, default=1,
                         help="timed runs of each encoder, best kept (default 1)")
-    encode.add_argument("--device", help="cpu, cuda or cuda:N (default: CUDA when present)")
-    encode.add_argument("--screen", default="auto", choices=SCREENS,
-                        help="the screened projection's screen (default auto: int8 on CPU, bfloat16 on GPUs)")
+    add_device(encode)
+    add_trust_remote_code(encode)
     search = commands.add_parser("search", help="Lucene vs PISA search on the same vectors: speed and identical runs")
-    search.add_argument("--vectors", required=True, type=Path, help="encoded corpus or JsonVectorCollection folder")
-    search.add_argument("--queries", required=True, type=Path, help="encoded queries.jsonl ({id, vector})")
+    add_vectors(search, "encoded corpus or JsonVectorCollection folder", required=True)
+    add_path(search, "--queries", "input file", required=True, help="encoded queries.jsonl ({id, vector})")
     add_k(search)
-    search.add_argument("--threads", type=positive_int, default=os.cpu_count() or 1,
-                        help="threads of the many-thread runs (default: all cores, %(default)s)")
-    search.add_argument("--index-dir", type=Path,
-                        help="folder keeping both indexes (lucene/, pisa/), reused while they hold these vectors "
-                             "(default: a temporary folder, both built)")
+    add_threads(search, "threads of the many-thread runs")
+    add_path(search, "--index-dir", "root",
+             help="folder keeping both indexes (lucene/, pisa/), reused while they hold these vectors "
+                  "(default: a temporary folder, both built)")
     scale = commands.add_parser("scale", help="every stage after encoding on synthetic collections of growing size, "
                                               "fitted to a real encoding")
-    scale.add_argument("--vectors", required=True, type=Path, help="encoded corpus the collections are fitted to")
-    scale.add_argument("--queries", required=True, type=Path, help="encoded queries.jsonl searched at every size")
+    add_vectors(scale, "encoded corpus the collections are fitted to", required=True)
+    add_path(scale, "--queries", "input file", required=True, help="encoded queries.jsonl searched at every size")
     scale.add_argument("--sizes", type=_sizes, default=[10_000, 100_000],
                        help=f"comma-separated collection sizes, each 1 to {MAX_SCALE_DOCUMENTS:,} (default 10000,100000)")
-    scale.add_argument("--output", type=Path, default=Path("runs/bench-scale"),
-                       help="folder for scale.json and the work folders, removed after each size (default runs/bench-scale)")
+    add_output_folder(scale, "folder for scale.json and the work folders, removed after each size", required=False,
+                      default=Path("runs/bench-scale"), rule="its scale.json is replaced")
     commands.add_parser("transfer", help="topology transfer of a 50k-token source onto a 30k-token target: "
                                          "exit 1 at 60 s or 4 GB peak memory")
     base_size = commands.add_parser("base-size", help="dense encoding rate of a BERT-base-sized model (random weights)")
@@ -72,9 +82,15 @@ def main(argv: list[str] | None = None) -> int:
                                            "(default: $VTREPRO_MODELS/splade-tiny)")
     add_data_dir(base_size)
     base_size.add_argument("--dataset", default="scifact", help="BEIR dataset name or folder (default scifact)")
-    base_size.add_argument("--documents", type=positive_int, default=64, help="first N documents (default 64)")
-    base_size.add_argument("--threads", type=positive_int, help="torch threads (default: torch's)")
-    args = parser.parse_args(argv)
+    add_limit(base_size, "documents", default=BASE_SIZE_DOCUMENTS)
+    add_renamed(base_size, "--documents", "--limit")
+    add_threads(base_size, "torch threads")
+    return parser
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.command == "search":
         from vtrepro.bench.search import bench_search
 
@@ -94,11 +110,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "base-size":
         from vtrepro.bench.base_size import bench_base_size
 
-        return bench_base_size(_default_model(args.model), args.dataset, args.data_dir, args.documents, args.threads)
+        return bench_base_size(_default_model(args.model), args.dataset, args.data_dir, args.limit, args.threads)
+    if args.projection == "dense":
+        raise VtreproError("--projection dense: bench encode times a screened projection against the dense one; "
+                       "choose auto, screened, screened-int8 or screened-bfloat16")
     from vtrepro.bench.encode import EncodeBench, bench_encode
 
     return bench_encode(EncodeBench(_default_model(args.model), args.dataset, args.data_dir, args.limit,
-                                    EncoderOptions.from_args(args), args.repeat, args.device, args.screen))
+                                    EncoderOptions.from_args(args), args.repeat, args.device, args.trust_remote_code))
+
+
+ENCODE_DOCUMENTS = 500
+"""Documents ``bench encode`` times by default."""
+BASE_SIZE_DOCUMENTS = 64
+"""Documents ``bench base-size`` encodes by default."""
+OLD_SCREENS = {"auto": "auto", "int8": "screened-int8", "bfloat16": "screened-bfloat16"}
+"""``bench encode --screen``'s values, the old spelling of ``--projection``."""
 
 
 MAX_SCALE_DOCUMENTS = 10_000_000

@@ -18,6 +18,7 @@ run stopped at its time limit keeps what it measured. Exit status 1 when a part 
 """
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -30,7 +31,7 @@ from typing import Callable
 
 from vtrepro.bench.machine import machine_line
 from vtrepro.bench.paper_smoke import CPU_SMOKE, GPU_SMOKE, SmokeSize, run_smoke
-from vtrepro.core.cli import add_data_dir, add_model_dir, cli_entry, command_parser
+from vtrepro.core.cli import add_data_dir, add_model_dir, add_output_file, cli_entry, command_parser
 from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK
 from vtrepro.core.io import atomic_write, check_output
 from vtrepro.core.launch import Job, Mode, command_line
@@ -246,15 +247,20 @@ def run_check(check: Check) -> int:
     return EXIT_MISMATCH if figures.failures else EXIT_OK
 
 
-@cli_entry
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("bench gpu-check", __doc__)
     parser.add_argument("--cpu", action="store_true", help="the same parts at a tiny size on the CPU (a test runs it)")
-    parser.add_argument("--model", type=Path, help="SPLADE model folder (default: splade-tiny under --model-dir)")
+    parser.add_argument("--model", metavar="MODEL", help="SPLADE model folder (default: splade-tiny under --model-dir)")
     add_model_dir(parser)
     add_data_dir(parser)
-    parser.add_argument("--output", type=Path, help="figures file (default runs/gpu-check/figures.md, "
-                                                    "runs/cpu-check/figures.md with --cpu); work files go beside it")
+    add_output_file(parser, "figures file (default runs/gpu-check/figures.md, runs/cpu-check/figures.md with --cpu); "
+                            "work files go beside it", required=False)
+    return parser
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     size = CPU_CHECK if args.cpu else GPU_CHECK
     if not args.cpu:

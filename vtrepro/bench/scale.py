@@ -201,7 +201,7 @@ def _lucene_job(folder: Path, index: Path) -> tuple[int, dict]:
 
 
 def _pisa_job(folder: Path, index: Path) -> tuple[int, dict]:
-    from vtrepro.search.pisa import build_pisa_index
+    from vtrepro.index.pisa import build_pisa_index
 
     meta = build_pisa_index(folder, index)
     return _folder_bytes(index), {"unique_terms": meta["unique_terms"], "total_terms": meta["total_terms"]}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import errno
 import functools
+import logging
 import sys
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
@@ -19,6 +20,8 @@ from typing import Any, Callable, Protocol, Sequence
 from vtrepro.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, VtreproError
 from vtrepro.core.log import command_level, command_logging
 from vtrepro.core.schema import REQUIRED, Field, bounds_text, within
+
+logger = logging.getLogger(__name__)
 
 _GLOBAL_FLAGS = ("--verbose", "--quiet", "--debug")
 _OS_FIXES = {
@@ -34,9 +37,9 @@ _OS_FIXES = {
 }
 
 
-def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
+def command_parser(prog: str, doc: str | None) -> CommandParser:
     """An argument parser for ``python -m vtrepro <prog>`` that documents the global flags."""
-    parser = argparse.ArgumentParser(prog=f"python -m vtrepro {prog}", description=(doc or "").splitlines()[0])
+    parser = CommandParser(prog=f"python -m vtrepro {prog}", description=(doc or "").splitlines()[0])
     parser.add_argument("--verbose", action="store_true",
                         help="also show debug lines and third-party logs (Lucene, transformers, Java)")
     parser.add_argument("--quiet", action="store_true", help="show only warnings and errors (wins over --verbose)")
@@ -44,11 +47,11 @@ def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
     return parser
 
 
-def add_model(parser: argparse._ActionsContainer, what: str, old_spelling: str | None = None) -> None:
+def add_model(parser: argparse.ArgumentParser, what: str, old_spelling: str | None = None) -> None:
     """``--model MODEL`` (required, stored as ``args.model``): a checkpoint folder or Hub id."""
-    flags = ["--model"] + ([old_spelling] if old_spelling else [])
-    old = f"; {old_spelling} is the old spelling" if old_spelling else ""
-    parser.add_argument(*flags, dest="model", required=True, metavar="MODEL", help=f"{what} (folder or Hub id{old})")
+    parser.add_argument("--model", required=True, metavar="MODEL", help=f"{what} (folder or Hub id)")
+    if old_spelling:
+        add_renamed(parser, old_spelling, "--model")
 
 
 def add_data_dir(parser: argparse._ActionsContainer) -> None:
@@ -66,8 +69,8 @@ def add_text_source(parser: argparse.ArgumentParser, texts: str) -> None:
     """``--dataset NAME | --corpus FILE`` (one required): where ``texts`` come from (see :mod:`vtrepro.data.texts`)."""
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--dataset", help=f"BEIR dataset name or folder whose corpus gives {texts}")
-    source.add_argument("--corpus", type=Path,
-                        help="corpus file: JSONL ('text' or 'contents', optional 'title') or id<TAB>text TSV")
+    add_path(source, "--corpus", "input file",
+             help="corpus file: JSONL ('text' or 'contents', optional 'title') or id<TAB>text TSV")
 
 
 DEFAULT_THREADS = 1
@@ -80,17 +83,196 @@ def add_threads(parser: argparse._ActionsContainer, what: str) -> None:
                         help=f"{what} (default: %(default)s)")
 
 
-def add_output_folder(parser: argparse.ArgumentParser) -> None:
-    """``--output FOLDER`` (old spelling ``--out``), stored as ``args.output``: a new or empty folder."""
-    parser.add_argument("--output", "--out", dest="output", required=True, type=Path, metavar="FOLDER",
-                        help="output folder (must not exist or be empty; --out is the old spelling)")
+PATH_KINDS = ("input file", "input folder", "input path", "created file", "created folder", "root")
+"""What a path flag names: an existing file, folder or either (read), what the command creates (its
+``--output``: written under a temporary name and renamed when complete), or a root holding many runs."""
+_METAVARS = {"input file": "FILE", "input folder": "FOLDER", "input path": "PATH", "created file": "FILE",
+             "created folder": "FOLDER", "root": "ROOT"}
+
+
+def add_path(parser: argparse._ActionsContainer, flag: str, kind: str, help: str, **kwargs: Any) -> argparse.Action:
+    """A path flag of one of :data:`PATH_KINDS`, recorded on the action (``action.path_kind``, read by the
+    flag test and docs/flags.md) and shown by its metavar (FILE, FOLDER, PATH or ROOT)."""
+    if kind not in PATH_KINDS:
+        raise ValueError(f"{flag}: path kind {kind!r} is none of {PATH_KINDS}")
+    action = parser.add_argument(flag, type=Path, metavar=kwargs.pop("metavar", _METAVARS[kind]), help=help, **kwargs)
+    action.path_kind = kind  # type: ignore[attr-defined]
+    return action
+
+
+def add_output_folder(parser: argparse.ArgumentParser, what: str = "output folder", required: bool = True,
+                      default: Path | None = None, rule: str = "must not exist or be empty",
+                      old_spelling: bool = False) -> None:
+    """``--output FOLDER``: the folder this command creates (``rule``: which existing folder it accepts);
+    ``old_spelling``: also ``--out``, deprecated, where a command took it."""
+    add_path(parser, "--output", "created folder", required=required, default=default,
+             help=f"{what} ({rule}{'' if default is None else '; default: %(default)s'})")
+    if old_spelling:
+        add_renamed(parser, "--out", "--output")
+
+
+def add_output_file(parser: argparse._ActionsContainer, what: str, required: bool = True,
+                    default: Path | None = None) -> None:
+    """``--output FILE``: the one file this command creates (replaced when complete)."""
+    add_path(parser, "--output", "created file", required=required, default=default,
+             help=f"{what} (replaced when complete{'' if default is None else '; default: %(default)s'})")
+
+
+DEFAULT_RUNS = Path("runs")
+"""Where ``regress`` writes a folder per spec, and where ``export`` and ``report`` find them."""
+
+
+def add_runs(parser: argparse._ActionsContainer, what: str, default: Path | None = DEFAULT_RUNS) -> None:
+    """``--runs ROOT`` (default ``runs/``): the root holding one folder per spec that regress writes."""
+    add_path(parser, "--runs", "root", default=default,
+             help=what if default is None else f"{what} (default: %(default)s)")
+
+
+def add_vectors(parser: argparse._ActionsContainer, what: str, required: bool = False) -> None:
+    """``--vectors PATH``: existing encoded vectors, read: an encoded corpus folder (or a JsonVectorCollection
+    folder; ``what`` says which other forms the command takes)."""
+    add_path(parser, "--vectors", "input path", required=required, help=what)
+
+
+def add_reference_vectors(parser: argparse._ActionsContainer, what: str) -> None:
+    """``--reference-vectors PATH``: other encoded vectors that ``--vectors`` are compared with, read."""
+    add_path(parser, "--reference-vectors", "input path", help=what)
+
+
+def add_limit(parser: argparse._ActionsContainer, what: str, default: int | None = None,
+              maximum: int | None = None, dest: str = "limit") -> None:
+    """``--limit N``: only the first N ``what`` (texts, documents) are used; none: all of them."""
+    shown = "all" if default is None else "%(default)s"
+    parser.add_argument("--limit", dest=dest, type=number_in(int, minimum=1, maximum=maximum), default=default,
+                        metavar="N", help=f"use only the first N {what} (default: {shown})")
+
+
+def add_metrics(parser: argparse._ActionsContainer, default: Sequence[str], what: str = "metrics to score") -> None:
+    """``--metrics LIST``: comma-separated metrics, e.g. ``ndcg@10,recall@100``."""
+    parser.add_argument("--metrics", default=",".join(default), metavar="LIST",
+                        help=f"{what}, comma-separated, e.g. ndcg@10,recall@100 (default: %(default)s)")
+
+
+def add_datasets(parser: argparse._ActionsContainer) -> None:
+    """``--datasets LIST``: a comma-separated subset of the spec's datasets."""
+    parser.add_argument("--datasets", metavar="LIST", help="comma-separated subset of the spec's datasets (default: all)")
+
+
+def add_spec(parser: argparse._ActionsContainer, required: bool = True, what: str = "") -> None:
+    """``--spec SPEC``: a spec file, or a name in regressions/."""
+    parser.add_argument("--spec", required=required, metavar="SPEC",
+                        help=f"spec file, or a name in regressions/ (e.g. beir_bm25_flat){what}")
+
+
+def add_split(parser: argparse._ActionsContainer, what: str) -> None:
+    """``--split NAME`` (default test): the BEIR split whose queries and qrels are used."""
+    parser.add_argument("--split", default="test", help=f"BEIR split of the {what} (default: %(default)s)")
+
+
+def add_device(parser: argparse._ActionsContainer, extra: str = "") -> None:
+    """``--device``: where a model runs."""
+    parser.add_argument("--device", help=f"cpu, cuda or cuda:N (default: CUDA when present{extra})")
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser: old spellings of its flags (:func:`add_renamed`) are rewritten to the new ones
+    before parsing, each with one notice, so they parse exactly as the new flag (required, exclusive, typed)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.renamed: dict[str, tuple[str, dict[str, Any] | None]] = {}
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        return super().parse_known_args(self._modernized(list(sys.argv[1:] if args is None else args)), namespace)
+
+    def _modernized(self, args: list[str]) -> list[str]:
+        """``args`` with every old spelling (``--old V`` or ``--old=V``) written as its new flag."""
+        written: list[str] = []
+        index = 0
+        while index < len(args):
+            token = args[index]
+            if token == "--":
+                return written + args[index:]
+            name, equals, attached = token.partition("=")
+            if name not in self.renamed:
+                written.append(token)
+                index += 1
+                continue
+            new, values = self.renamed[name]
+            takes_value = self._option_string_actions[new].nargs != 0
+            value = attached if equals else args[index + 1] if takes_value and index + 1 < len(args) else None
+            index += 1 if equals or not takes_value or value is None else 2
+            if value is None:
+                logger.warning(f"'{name}' is deprecated; write '{new}'")
+                written.append(new)
+                continue
+            if values is not None and value not in values:
+                self.error(f"argument {name}: invalid choice: {value!r} (choose from {', '.join(values)})")
+            value = values[value] if values is not None else value
+            logger.warning(f"'{name} {args[index - 1] if not equals else attached}' is deprecated; write '{new} {value}'")
+            written += [new, value]
+        return written
+
+
+def add_renamed(parser: argparse.ArgumentParser, old: str, new: str, values: dict[str, Any] | None = None) -> None:
+    """Accept ``old``, the deprecated spelling of the flag ``new`` (already added to ``parser``, a
+    :class:`CommandParser`): it is rewritten to ``new`` before parsing, hidden from ``--help``, and logs
+    ``'old V' is deprecated; write 'new V'``. ``values`` maps the old spelling's values (its only accepted
+    ones) to the new flag's."""
+    if not isinstance(parser, CommandParser) or new not in parser._option_string_actions:
+        raise ValueError(f"{old}: add {new} to a command parser (core.cli.command_parser) before its old spelling")
+    parser.renamed[old] = (new, values)
+
+
+def renamed_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Every deprecated spelling ``parser`` accepts -> the flag to write instead."""
+    return {old: new for old, (new, _) in getattr(parser, "renamed", {}).items()}
+
+
+def _shown(value: Any) -> str:
+    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _action(parser: argparse._ActionsContainer, flag: str) -> argparse.Action:
+    for action in parser._actions:
+        if flag in action.option_strings:
+            return action
+    raise ValueError(f"{flag} is not a flag of this parser")
+
+
+def positional_fallback(parser: argparse.ArgumentParser, args: argparse.Namespace, name: str,
+                        flags: Sequence[str]) -> None:
+    """The deprecated positional arguments ``args.<name>`` given in place of ``flags`` (in order; the last
+    takes the rest when its dest is a list): filled into those flags' dests with one notice naming them."""
+    given = getattr(args, name)
+    delattr(args, name)
+    if not given:
+        return
+    actions = [_action(parser, flag) for flag in flags]
+    for action in actions:
+        if getattr(args, action.dest) not in (None, action.default, []):
+            parser.error(f"give {' and '.join(flags)} as flags, not also as positional arguments")
+    values = list(given)
+    written = []
+    for index, action in enumerate(actions):
+        if not values:
+            break
+        if index == len(actions) - 1 and action.nargs in ("+", "*"):
+            value, values = values, []
+        else:
+            value = values.pop(0)
+        setattr(args, action.dest, value)
+        written.append(f"{action.option_strings[0]} {_shown(value)}")
+    if values:
+        parser.error(f"unrecognized arguments: {' '.join(map(str, values))}")
+    logger.warning(f"positional arguments are deprecated; write '{' '.join(written)}'")
 
 
 def add_trust_remote_code(parser: argparse._ActionsContainer) -> None:
     """``--trust-remote-code``: the person at the keyboard allows models to run the Python code they ship."""
     parser.add_argument("--trust-remote-code", action="store_true",
-                        help="let models run the Python code they ship where the spec or recipe asks for it "
-                             "(trust_remote_code: true); a file alone never grants it")
+                        help="let models run the Python code they ship (transformers' trust_remote_code); a spec "
+                             "or recipe asking for it (trust_remote_code: true) alone never grants it")
 
 
 def grant_remote_code(path: str | Path, askers: Sequence[str], granted: bool) -> None:
@@ -105,13 +287,15 @@ def grant_remote_code(path: str | Path, askers: Sequence[str], granted: bool) ->
 def add_checkpoint_arguments(parser: argparse.ArgumentParser, model: str, texts: str | None = None,
                              old_model_spelling: str | None = None) -> None:
     """What every command from one checkpoint to another takes: ``--model``, the ``texts`` it reads
-    (``--dataset``/``--corpus`` with ``--data-dir``; none when None), ``--model-dir`` and ``--output``."""
+    (``--dataset``/``--corpus`` with ``--data-dir``; none when None), ``--model-dir``, ``--output`` and
+    ``--trust-remote-code``."""
     add_model(parser, model, old_model_spelling)
     if texts is not None:
         add_text_source(parser, texts)
         add_data_dir(parser)
     add_model_dir(parser)
-    add_output_folder(parser)
+    add_output_folder(parser, old_spelling=True)
+    add_trust_remote_code(parser)
 
 
 def os_error_message(error: OSError) -> str:

@@ -6,18 +6,19 @@ each record is hashed in a canonical form (terms sorted), and the record digests
 the order of their ids' digests. Two folders with the same fingerprint hold the same vectors, so
 their index statistics and every score computed from them are equal, wherever they were made.
 
-``python -m vtrepro fingerprint A [B]`` prints the fingerprint of A (an encoded corpus folder, a
+``python -m vtrepro fingerprint --vectors A [--reference-vectors B]`` prints the fingerprint of A (an encoded corpus folder, a
 JSON-vector folder or file, e.g. ``queries.jsonl``) and, given B, how B's vectors differ from A's.
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from vtrepro.core.cli import cli_entry, command_parser
+from vtrepro.core.cli import add_reference_vectors, add_vectors, cli_entry, command_parser, positional_fallback
 from vtrepro.core.errors import VtreproError
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import Vector, load_vectors, read_vectors, vector_files
@@ -149,18 +150,27 @@ def _files(path: Path) -> list[Path]:
     return vector_files(EncodedFolder(path).vectors_or_root)
 
 
+def build_parser() -> argparse.ArgumentParser:
+    parser = command_parser("fingerprint", __doc__)
+    add_vectors(parser, "encoded corpus folder, JSON-vector folder, or vector file (e.g. queries.jsonl)")
+    add_reference_vectors(parser, "a second one: count the records and impacts that differ from --vectors")
+    parser.add_argument("paths", type=Path, nargs="*", help=argparse.SUPPRESS)  # the old positional spelling
+    return parser
+
+
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    parser = command_parser("fingerprint", __doc__)
-    parser.add_argument("vectors", type=Path, help="encoded corpus folder, JSON-vector folder, or vector file")
-    parser.add_argument("other", type=Path, nargs="?", help="a second one: count the records and impacts that differ")
+    parser = build_parser()
     args = parser.parse_args(argv)
+    positional_fallback(parser, args, "paths", ["--vectors", "--reference-vectors"])
+    if args.vectors is None:
+        parser.error("--vectors is required")
     first = fingerprint_files(_files(args.vectors), allow_empty=True)
     print(f"{first.sha256}  {first.count} records, total impact {first.total_impact}  {args.vectors}")
-    if args.other is None:
+    if args.reference_vectors is None:
         return 0
-    second = fingerprint_files(_files(args.other), allow_empty=True)
-    print(f"{second.sha256}  {second.count} records, total impact {second.total_impact}  {args.other}")
-    diff = compare_vectors(load_vectors(_files(args.vectors), True), load_vectors(_files(args.other), True))
+    second = fingerprint_files(_files(args.reference_vectors), allow_empty=True)
+    print(f"{second.sha256}  {second.count} records, total impact {second.total_impact}  {args.reference_vectors}")
+    diff = compare_vectors(load_vectors(_files(args.vectors), True), load_vectors(_files(args.reference_vectors), True))
     print(json.dumps({"identical": diff.identical, **diff.__dict__}))
     return 0

@@ -23,7 +23,19 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from vtrepro.core.cli import add_data_dir, add_model, add_model_dir, add_trust_remote_code, cli_entry, command_parser
+from vtrepro.core.cli import (
+    add_data_dir,
+    add_device,
+    add_model,
+    add_model_dir,
+    add_output_folder,
+    add_path,
+    add_split,
+    add_text_source,
+    add_trust_remote_code,
+    cli_entry,
+    command_parser,
+)
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output
 from vtrepro.core.processes import ProcessGroup, local_gpu, world_size
@@ -155,18 +167,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("encode", __doc__)
     add_model(parser, "masked-LM SPLADE model")
     add_model_dir(parser)
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--dataset", help="BEIR dataset name or folder")
-    source.add_argument("--corpus", type=Path, help="JSONL corpus ({_id|id, title?, text|contents})")
-    parser.add_argument("--queries", type=Path, help="JSONL queries to encode with --corpus ({_id|id, text})")
+    add_text_source(parser, "the documents (with --dataset, also the queries of --split)")
+    add_path(parser, "--queries", "input file", help="queries JSONL ({_id|id, text}) to encode with --corpus")
     add_data_dir(parser)
-    parser.add_argument("--split", default="test", help="query split to encode with --dataset (default test)")
-    parser.add_argument("--output", required=True, type=Path, help="encoded corpus folder")
+    add_split(parser, "queries encoded with --dataset")
+    add_output_folder(parser, "encoded corpus folder")
     EncoderOptions.add_arguments(parser)
     Quantization.add_arguments(parser)
     ShardOptions.add_arguments(parser)
-    parser.add_argument("--device", help="cpu, cuda or cuda:N (default: CUDA when present; under torchrun, "
-                                         "each process its LOCAL_RANK's GPU)")
+    add_device(parser, "; under torchrun, each process its LOCAL_RANK's GPU")
     add_trust_remote_code(parser)
     return parser
 

@@ -1,18 +1,26 @@
 """Score TREC runs with pytrec_eval: nDCG@10, R@100, R@1000, MRR@10, rounded to 4 decimals.
 
 ``python -m vtrepro evaluate --run run.trec --qrels qrels.tsv`` (or ``--dataset``) prints the scores;
-``--baseline other.trec`` compares the two runs query by query with paired significance tests.
+``--baseline-run other.trec`` compares the two runs query by query with paired significance tests.
 Means are over every judged query, a query without results scoring 0: ``trec_eval -c``, which is
 how Pyserini's published BEIR figures are computed.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
-from pathlib import Path
 
-from vtrepro.core.cli import add_data_dir, cli_entry, command_parser
+from vtrepro.core.cli import (
+    add_data_dir,
+    add_metrics,
+    add_path,
+    add_renamed,
+    add_split,
+    cli_entry,
+    command_parser,
+)
 from vtrepro.core.errors import VtreproError
 from vtrepro.data.beir import load_dataset, read_qrels
 from vtrepro.search.runs import Run, read_trec_run
@@ -139,20 +147,25 @@ def paired_comparison(ours: dict[str, float], theirs: dict[str, float], samples:
     }
 
 
+def build_parser() -> argparse.ArgumentParser:
+    parser = command_parser("evaluate", __doc__)
+    add_path(parser, "--run", "input file", required=True, help="TREC run file")
+    judgements = parser.add_mutually_exclusive_group(required=True)
+    add_path(judgements, "--qrels", "input file", help="qrels file (BEIR TSV with header, or TREC 4-column)")
+    judgements.add_argument("--dataset", help="BEIR dataset name or folder; uses its qrels/<split>.tsv")
+    add_split(parser, "qrels used with --dataset")
+    add_data_dir(parser)
+    add_metrics(parser, DEFAULT_METRICS)
+    add_path(parser, "--baseline-run", "input file",
+             help="second TREC run: compare per query (difference, wins/losses, paired t-test and "
+                  "randomization-test p-values)")
+    add_renamed(parser, "--baseline", "--baseline-run")
+    return parser
+
+
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    parser = command_parser("evaluate", __doc__)
-    parser.add_argument("--run", required=True, type=Path, help="TREC run file")
-    judgements = parser.add_mutually_exclusive_group(required=True)
-    judgements.add_argument("--qrels", type=Path, help="qrels file (BEIR TSV with header, or TREC 4-column)")
-    judgements.add_argument("--dataset", help="BEIR dataset name or folder; uses its qrels/<split>.tsv")
-    parser.add_argument("--split", default="test")
-    add_data_dir(parser)
-    parser.add_argument("--metrics", default=",".join(DEFAULT_METRICS), help="comma-separated, e.g. ndcg@10,recall@100")
-    parser.add_argument("--baseline", type=Path,
-                        help="second TREC run: compare per query (difference, wins/losses, paired t-test and "
-                             "randomization-test p-values)")
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     metrics = tuple(args.metrics.split(","))
     for metric in metrics:
         parse_metric(metric)
@@ -161,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         qrels = read_qrels(args.qrels)
     else:
         qrels = load_dataset(args.dataset, args.data_dir).qrels(args.split)
-    if args.baseline:
-        json.dump(compare_runs(read_trec_run(args.run), read_trec_run(args.baseline), qrels, metrics), sys.stdout, indent=2)
+    if args.baseline_run:
+        json.dump(compare_runs(read_trec_run(args.run), read_trec_run(args.baseline_run), qrels, metrics), sys.stdout, indent=2)
     else:
         json.dump(evaluate_run(read_trec_run(args.run), qrels, metrics), sys.stdout, indent=2)
     print()

@@ -1,10 +1,12 @@
 """Build Lucene indexes with Anserini: impact indexes from JSON vectors, BM25 indexes from text.
 
-``python -m vtrepro index --vectors ENCODED_DIR --index INDEX_DIR`` indexes an encoded corpus
-(or any Pyserini ``JsonVectorCollection`` folder) and checks the index against its manifest.
+``python -m vtrepro index --vectors ENCODED_DIR --output INDEX_DIR`` indexes an encoded corpus
+(or any Pyserini ``JsonVectorCollection`` folder) and checks the index against its manifest;
+``--engine pisa`` builds a PISA index of the same vectors instead (:mod:`vtrepro.index.pisa`).
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import errno
 import glob
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from vtrepro.core.anserini import newer_lucene_fix
-from vtrepro.core.cli import add_threads, cli_entry, command_parser
+from vtrepro.core.cli import add_output_folder, add_renamed, add_threads, add_vectors, cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output, process_alive, write_jsonl
 from vtrepro.core.java import describe_causes, java_class, java_errors, java_path, logged_java_errors, start_jvm
@@ -174,7 +176,7 @@ def check_index_target(index_dir: Path) -> None:
     check_output(index_dir, kind="folder")
     if index_dir.is_dir() and any(index_dir.iterdir()) and not is_lucene_index(index_dir):
         raise VtreproError(f"{index_dir}: exists and is not a Lucene index; refusing to replace it: "
-                           "remove it or choose another --index folder")
+                           "remove it or choose another --output folder")
     java_path(index_dir)
 
 
@@ -334,20 +336,37 @@ def check_against_manifest(stats: dict[str, int], manifest: dict) -> None:
             )
 
 
+ENGINES = ("lucene", "pisa")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = command_parser("index", __doc__)
+    add_vectors(parser, "encoded corpus folder (with manifest.json) or a folder of JsonVectorCollection *.jsonl",
+                required=True)
+    add_output_folder(parser, "index folder", rule="an existing index of the same engine is replaced once the new "
+                                                   "one is complete")
+    add_renamed(parser, "--index", "--output")
+    parser.add_argument("--engine", choices=ENGINES, default="lucene",
+                        help="lucene: an Anserini impact index (default); pisa: a PISA index, kept when it already "
+                             "holds these vectors")
+    add_threads(parser, "indexing threads (only 1 keeps the document order, and so tie order, fixed)")
+    return parser
+
+
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    parser = command_parser("index", __doc__)
-    parser.add_argument("--vectors", required=True, type=Path,
-                        help="encoded corpus folder (with manifest.json) or a folder of JsonVectorCollection *.jsonl")
-    parser.add_argument("--index", required=True, type=Path,
-                        help="output index folder (an existing index is replaced once the new one is complete)")
-    add_threads(parser, "indexing threads (only 1 keeps the document order, and so tie order, fixed)")
-    args = parser.parse_args(argv)
-
-    check_index_target(args.index)
+    args = build_parser().parse_args(argv)
     encoded = EncodedFolder(args.vectors)
-    check_output(args.index, [encoded.collection, encoded.manifest_path], kind="folder")
-    check_output(args.index.parent, kind="folder")  # the build works beside the index
+    if args.engine == "pisa":
+        from vtrepro.index.pisa import ensure_pisa_index
+
+        check_output(args.output, [encoded.collection], kind="folder")
+        meta, seconds = ensure_pisa_index(encoded.collection, args.output)
+        print(json.dumps({**meta, "built_seconds": seconds}))
+        return 0
+    check_index_target(args.output)
+    check_output(args.output, [encoded.collection, encoded.manifest_path], kind="folder")
+    check_output(args.output.parent, kind="folder")  # the build works beside the index
     manifest = encoded.load_manifest()
     folder = encoded.collection
     summary = fingerprint_files(vector_files(folder))
@@ -356,6 +375,6 @@ def main(argv: list[str] | None = None) -> int:
             raise VtreproError(f"{encoded.manifest_path}: the encoding is not finished; "
                                "rerun the same 'python -m vtrepro encode' command to complete it")
         check_against_manifest({"documents": summary.count, "total_terms": summary.total_impact}, manifest)
-    stats = build_impact_index(folder, args.index, args.threads, expected=summary)
+    stats = build_impact_index(folder, args.output, args.threads, expected=summary)
     print(json.dumps(stats))
     return 0

@@ -18,14 +18,13 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import read_json_file, write_json
 from vtrepro.core.progress import Progress
 from vtrepro.model.loading import resolve_model
-from vtrepro.model.options import EncoderOptions
+from vtrepro.model.options import IDF_NAME, EncoderOptions
 
 # transformers is imported where a tokenizer is loaded, on purpose: training code imports this module and
 # `train --help` stays fast.
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-IDF_NAME = "idf.json"
 TOKENIZE_BATCH = 1000
 MAX_IDF = 100.0
 """The largest IDF an IDF table may hold: BM25's IDF of a token in one of N documents is log(1 + 2N - 1), 100

@@ -31,6 +31,9 @@ SCREENS = ("auto", "int8", "bfloat16")
 """The screens of the screened projection, ``auto`` choosing by device."""
 
 
+IDF_NAME = "idf.json"
+"""The file of an inference-free model's query weights ({token: idf}) in its folder (:mod:`vtrepro.model.idf`)."""
+
 MAX_SORT_WINDOW = 100_000
 """Most texts per sort window: a window is tokenized at once and its vectors held in memory (50 times the default)."""
 

@@ -1,6 +1,7 @@
 """Export a regression's results in forms others use: vector bundles, prebuilt Lucene indexes, models.
 
-``python -m vtrepro export vectors --spec S --output bundle.tar`` (or plain ``export --spec S ...``)
+``python -m vtrepro export vectors --spec S --output bundle.tar`` (plain ``export --spec S ...``, the old
+spelling, still works with a notice)
 packs the encoded corpora and query vectors that ``regress`` left in ``runs/<spec>/``, their
 fingerprints, the spec and the environment into one ``.tar`` with its sha256 beside it;
 ``regress --spec S --vectors bundle.tar`` then reproduces every figure exactly, anywhere.
@@ -20,20 +21,37 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
 
 from vtrepro.core.anserini import anserini_version, pyserini_version
-from vtrepro.core.cli import add_data_dir, cli_entry, command_parser
+from vtrepro.core.cli import (
+    add_data_dir,
+    add_datasets,
+    add_model,
+    add_model_dir,
+    add_output_file,
+    add_output_folder,
+    add_path,
+    add_runs,
+    add_spec,
+    add_trust_remote_code,
+    cli_entry,
+    command_parser,
+    number_in,
+)
 from vtrepro.core.errors import EXIT_OK, VtreproError
 from vtrepro.core.io import check_output, write_json
 from vtrepro.core.java import start_jvm
+from vtrepro.core.schema import MAX_TEXT_TOKENS
 from vtrepro.data.beir import load_dataset
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import read_query_vectors
 from vtrepro.index.lucene import index_stats, lucene_version
 from vtrepro.index.prebuilt import METADATA_NAME, PrebuiltRun, tarball_name, write_prebuilt
+from vtrepro.model.options import IDF_NAME, EncoderOptions
 from vtrepro.regress.bundle import checksum_path, write_bundle
 from vtrepro.regress.readme import ESCAPING, prebuilt_readme
 from vtrepro.regress.report import environment
@@ -41,45 +59,63 @@ from vtrepro.regress.runner import selected_runs
 from vtrepro.regress.spec import Condition, DatasetRun, Spec, load_spec
 
 SUBCOMMANDS = {
-    "vectors": "bundle a spec's encoded vectors with their fingerprints (the default)",
+    "vectors": "bundle a spec's encoded vectors with their fingerprints",
     "index": "prebuilt Lucene impact indexes (.tar.gz) with topics, qrels and a README, per run",
     "model": "a sentence-transformers SparseEncoder folder with a model card",
 }
+logger = logging.getLogger(__name__)
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
-def usage() -> str:
-    width = max(map(len, SUBCOMMANDS))
-    lines = ["usage: python -m vtrepro export [vectors|index|model] [options]", "", "subcommands:"]
-    lines += [f"  {name.ljust(width)}  {summary}" for name, summary in SUBCOMMANDS.items()]
-    lines += ["", "plain 'export --spec S --output bundle.tar' means 'export vectors';",
-              "python -m vtrepro export <subcommand> --help shows its options."]
-    return "\n".join(lines)
+def build_parser() -> argparse.ArgumentParser:
+    """``export`` and its subcommands' arguments."""
+    parser = command_parser("export", __doc__)
+    subcommands = parser.add_subparsers(dest="command", required=True, metavar="{vectors,index,model}")
+    vectors = subcommands.add_parser("vectors", help=SUBCOMMANDS["vectors"], description=SUBCOMMANDS["vectors"])
+    index = subcommands.add_parser("index", help=SUBCOMMANDS["index"], description=SUBCOMMANDS["index"])
+    for subcommand in (vectors, index):
+        add_spec(subcommand)
+        add_runs(subcommand, "the --runs folder regress used")
+        add_datasets(subcommand)
+    add_output_file(vectors, "bundle file to write (.tar); <output>.sha256 beside it")
+    add_data_dir(index)
+    add_output_folder(index, f"folder for the .tar.gz files, their .sha256 and .md5, and {METADATA_NAME}",
+                      rule=f"an earlier export's {METADATA_NAME} there is added to")
+    model = subcommands.add_parser("model", help=SUBCOMMANDS["model"], description=SUBCOMMANDS["model"])
+    _add_model_arguments(model)
+    return parser
+
+
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``export model`` (:mod:`vtrepro.regress.model_export`, imported when it runs: it loads torch)."""
+    add_model(parser, "masked-LM SPLADE model to export")
+    add_model_dir(parser)
+    add_output_folder(parser, old_spelling=True)
+    add_spec(parser, required=False, what=": lengths, quantization and pinned figures of its condition for this "
+                                          "model go into the folder and its card")
+    parser.add_argument("--condition", help="the spec's condition for this model (default: the one impact condition "
+                                            "whose model is --model)")
+    add_runs(parser, "the --runs folder regress used: the figures observed there (<runs>/<spec>/results.json) join "
+                     "the card (default: none)", default=None)
+    add_path(parser, "--idf", "input file", help=f"{IDF_NAME} ({{token: idf}}) of an inference-free model: queries are "
+                                                 f"weighted by it (default: the model folder's {IDF_NAME}, if any)")
+    for name in ("doc", "query"):
+        default = EncoderOptions.schema()[f"max_length_{name}"].default
+        parser.add_argument(f"--max-length-{name}", type=number_in(int, 1, MAX_TEXT_TOKENS), default=None,
+                            help=f"tokens per {name} (default: the spec condition's, else {default})")
+    add_trust_remote_code(parser)
 
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     argv = list(argv or [])
-    if argv and argv[0] in ("-h", "--help"):
-        print(usage())
-        return EXIT_OK
-    command = argv.pop(0) if argv and argv[0] in SUBCOMMANDS else "vectors"
-    if command == "model":
-        model_export = importlib.import_module("vtrepro.regress.model_export")
-        parser = command_parser("export model", SUBCOMMANDS["model"])
-        model_export.add_arguments(parser)
-        return int(model_export.run(parser.parse_args(argv)))
-    parser = command_parser(f"export {command}", __doc__ if command == "vectors" else SUBCOMMANDS["index"])
-    parser.add_argument("--spec", required=True, help="spec file, or a name in regressions/")
-    parser.add_argument("--runs", type=Path, default=Path("runs"), help="the --output folder regress used (default runs/)")
-    parser.add_argument("--datasets", help="comma-separated subset of the spec's datasets")
-    if command == "vectors":
-        parser.add_argument("--output", required=True, type=Path, help="bundle file to write (.tar); <output>.sha256 beside it")
-        return export_vectors(parser.parse_args(argv))
-    add_data_dir(parser)
-    parser.add_argument("--output", required=True, type=Path,
-                        help=f"folder for the .tar.gz files, their .sha256 and .md5, and {METADATA_NAME}")
-    return export_index(parser.parse_args(argv))
+    if argv and argv[0] not in (*SUBCOMMANDS, "-h", "--help"):  # the old spelling of 'export vectors'
+        logger.warning(f"'export {argv[0]}' without a subcommand is deprecated; write 'export vectors {argv[0]}'")
+        argv.insert(0, "vectors")
+    args = build_parser().parse_args(argv)
+    if args.command == "model":
+        return int(importlib.import_module("vtrepro.regress.model_export").run(args))
+    return export_vectors(args) if args.command == "vectors" else export_index(args)
 
 
 def _impact_runs(spec: Spec, datasets: str | None, run_root: Path, command: str) -> list[tuple[Condition, DatasetRun]]:

@@ -21,11 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vtrepro.core.cli import add_model, add_model_dir, add_output_folder, add_trust_remote_code, number_in
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output
 from vtrepro.core.markdown import fenced, md
-from vtrepro.core.schema import MAX_TEXT_TOKENS
 from vtrepro.encode.vectors import Quantization
 from vtrepro.model.idf import IDF_NAME, read_idf_table
 from vtrepro.model.loading import check_model_file, find_model, resolve_model
@@ -36,25 +34,6 @@ from vtrepro.report.results import RESULTS_NAME, load_results
 
 MAX_REPORT_ENTRIES = 12
 """The most values of one vtrepro report the card quotes (its scalars, in file order)."""
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``export model``."""
-    add_model(parser, "masked-LM SPLADE model to export")
-    add_model_dir(parser)
-    add_output_folder(parser)
-    parser.add_argument("--spec", help="spec file or name: lengths, quantization and pinned figures of its condition "
-                                       "for this model go into the folder and its card")
-    parser.add_argument("--condition", help="the spec's condition for this model (default: the one impact condition "
-                                            "whose model is --model)")
-    parser.add_argument("--runs", type=Path, help="the --output folder regress used: the figures observed there "
-                                                  "(<runs>/<spec>/results.json) join the card")
-    parser.add_argument("--idf", type=Path, help=f"{IDF_NAME} ({{token: idf}}) of an inference-free model: queries are "
-                                                 f"weighted by it (default: the model folder's {IDF_NAME}, if any)")
-    for name, default in (("doc", "512"), ("query", "64")):
-        parser.add_argument(f"--max-length-{name}", type=number_in(int, 1, MAX_TEXT_TOKENS), default=None,
-                            help=f"tokens per {name} (default: the spec condition's, else {default})")
-    add_trust_remote_code(parser)
 
 
 @dataclass
@@ -134,7 +113,7 @@ def _observed(folder: Path | None, condition: Condition | None) -> dict[tuple[st
     if folder is None or condition is None:
         return {}
     if not (folder / RESULTS_NAME).is_file():
-        raise VtreproError(f"{folder / RESULTS_NAME}: missing; run 'python -m vtrepro regress' with this --output "
+        raise VtreproError(f"{folder / RESULTS_NAME}: missing; run 'python -m vtrepro regress' with this --runs "
                            "first, or leave out --runs")
     rows = load_results(folder).rows
     rows = rows[(rows["condition"] == condition.name) & (rows["kind"] == "score")]

@@ -16,6 +16,7 @@ too), 2 bad input.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from dataclasses import asdict, dataclass, field
@@ -23,10 +24,17 @@ from pathlib import Path
 from typing import Iterable
 
 from vtrepro.core.cli import (
+    DEFAULT_RUNS,
     add_data_dir,
+    add_datasets,
     add_model_dir,
+    add_path,
+    add_reference_vectors,
+    add_renamed,
+    add_spec,
     add_threads,
     add_trust_remote_code,
+    add_vectors,
     cli_entry,
     command_parser,
     grant_remote_code,
@@ -151,7 +159,7 @@ def run_inputs(spec: Spec, selected: list[tuple[Condition, DatasetRun]], context
 
 def check_outputs(spec: Spec, selected: list[tuple[Condition, DatasetRun]], context: RunContext) -> Path:
     """The run's folder ``<output>/<spec>``, checked before any work: it and the other folders regress writes
-    under ``--output`` (the bundle cache, the training root) keep apart from every input
+    under ``--runs`` (the bundle cache, the training root) keep apart from every input
     (:func:`vtrepro.core.io.check_output`), and every artifact folder the spec's names make stays inside
     its root, links followed."""
     out_dir = check_within(context.output / spec.name, context.output)
@@ -188,26 +196,24 @@ def _remote_code_askers(spec: Spec) -> list[str]:
             if condition.trust_remote_code or (condition.train and load_recipe(condition.train).trust_remote_code)]
 
 
-@cli_entry
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("regress", __doc__)
-    parser.add_argument("--spec", required=True, help="spec file, or a name in regressions/ (e.g. beir_bm25_flat)")
-    parser.add_argument("--datasets", help="comma-separated subset of the spec's datasets")
+    add_spec(parser)
+    add_datasets(parser)
     add_data_dir(parser)
     add_model_dir(parser)
-    parser.add_argument("--output", type=Path, help="artifacts and reports (default runs/, with --rehearse runs/rehearse/)")
+    add_path(parser, "--runs", "root", help="root of the runs: artifacts and reports go to <runs>/<spec>/ "
+                                             "(default runs/, with --rehearse runs/rehearse/)")
+    add_renamed(parser, "--output", "--runs")
     add_threads(parser, "search threads (results do not depend on it; indexing always uses 1)")
     parser.add_argument("--encode-procs", type=positive_int, default=1,
                         help="encode each corpus with this many local processes (torchrun; one GPU each when "
                              "there are GPUs); the vectors are those of one process")
-    parser.add_argument("--vectors", type=Path,
-                        help="use these encoded vectors instead of encoding: a bundle from 'python -m vtrepro export', "
-                             "a folder laid out <condition>/<dataset>/, one encoded corpus folder for one run, or a "
-                             "prebuilt index .tar.gz (or the folder of them) from 'export index' (vectors read back "
-                             "from its postings and topics)")
-    parser.add_argument("--reference-vectors", type=Path,
-                        help="a bundle or folder like --vectors to count the documents whose vectors differ")
+    add_vectors(parser, "use these encoded vectors instead of encoding: a bundle from 'python -m vtrepro export', "
+                        "a folder laid out <condition>/<dataset>/, one encoded corpus folder for one run, or a "
+                        "prebuilt index .tar.gz (or the folder of them) from 'export index' (vectors read back "
+                        "from its postings and topics)")
+    add_reference_vectors(parser, "a bundle or folder like --vectors to count the documents whose vectors differ")
     parser.add_argument("--strict", action="store_true", help="OKISH (within tolerance, not exact) counts as FAIL")
     parser.add_argument("--record", action="store_true", help="write observed values into the spec as expected")
     parser.add_argument("--dry-run", action="store_true", help="validate the spec, print the plan, run nothing")
@@ -215,13 +221,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="run every condition and dataset at miniature size on stand-in models and data (recipes "
                              "scaled down, nothing compared with pins); prints what it replaced and the real run's cost")
     add_trust_remote_code(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
     spec = load_spec(args.spec)
     rehearsal = None
     if args.rehearse:
         spec, rehearsal = _rehearsal(spec, args)
-    args.output = args.output or Path("runs")
-    context = RunContext(output=args.output, model_dir=args.model_dir, data_dir=args.data_dir, threads=args.threads,
+    args.runs = args.runs or DEFAULT_RUNS
+    context = RunContext(output=args.runs, model_dir=args.model_dir, data_dir=args.data_dir, threads=args.threads,
                          encode_processes=args.encode_procs, vectors=args.vectors,
                          reference_vectors=args.reference_vectors, record=args.record, strict=args.strict,
                          trust_remote_code=args.trust_remote_code, command=tuple(argv))
@@ -294,8 +306,8 @@ def _rehearsal(spec: Spec, args) -> tuple[Spec, tuple[Rehearsal, list[str]]]:
                         ("--reference-vectors", args.reference_vectors)):
         if given:
             raise VtreproError(f"--rehearse runs on stand-ins, so {flag} has no meaning with it; drop one of them")
-    args.output = args.output or Path("runs") / "rehearse"
-    rehearsal = Rehearsal(args.output / STANDINS_NAME)
+    args.runs = args.runs or DEFAULT_RUNS / "rehearse"
+    rehearsal = Rehearsal(args.runs / STANDINS_NAME)
     cost = encoding_cost(spec, list(selected_runs(spec, args.datasets)), args.model_dir)
     trained = dict.fromkeys(condition.train or recipe_of_trained_folder(condition.model or "")
                             for condition in spec.conditions)

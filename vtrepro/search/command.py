@@ -11,17 +11,20 @@ checksums and every file are verified, it is extracted into a temporary folder b
 (removed after the search), and its topics are the queries unless ``--queries`` is given.
 
 ``--engine pisa`` gives the same run with PISA (:mod:`vtrepro.search.pisa`) from a PISA index
-folder, built there from ``--vectors`` when given (kept when it already holds those vectors).
+folder that ``python -m vtrepro index --engine pisa`` built (the old ``--vectors`` here, which built it
+first, still works with a notice).
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
+import logging
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from vtrepro.core.cli import add_threads, cli_entry, command_parser
+from vtrepro.core.cli import add_output_file, add_path, add_threads, add_vectors, cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output
 from vtrepro.encode.folder import EncodedFolder
@@ -34,25 +37,32 @@ from vtrepro.search.runs import SearchOptions, write_trec_run
 # vtrepro.search.pisa (numpy) is imported where PISA searches, on purpose: `search --help` and Lucene searches
 # stay fast.
 
+logger = logging.getLogger(__name__)
 
-@cli_entry
-def main(argv: list[str] | None = None) -> int:
+
+def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("search", __doc__)
-    parser.add_argument("--index", required=True, type=Path,
-                        help="Lucene impact index, or a prebuilt index .tar.gz from 'export index' (PISA index with "
-                             "--engine pisa)")
+    add_path(parser, "--index", "input path", required=True,
+             help="Lucene impact index folder, or a prebuilt index .tar.gz from 'export index' (a PISA index folder "
+                  "with --engine pisa)")
     SearchOptions.add_arguments(parser, ["engine"])
-    parser.add_argument("--vectors", type=Path,
-                        help="with --engine pisa: build the PISA index at --index from this JsonVectorCollection folder "
-                             "(kept when it already holds these vectors)")
-    parser.add_argument("--queries", type=Path,
-                        help="encoded queries.jsonl ({id, vector}); with a prebuilt index, default its topics")
-    parser.add_argument("--output", required=True, type=Path, help="TREC run file to write (replaced when complete)")
+    add_vectors(parser, argparse.SUPPRESS)  # deprecated: 'index --engine pisa' builds the PISA index
+    add_path(parser, "--queries", "input file",
+             help="encoded queries.jsonl ({id, vector}); with a prebuilt index, default its topics")
+    add_output_file(parser, "TREC run file to write")
     SearchOptions.add_arguments(parser, ["k"])
     add_threads(parser, "search threads (results do not depend on it)")
     SearchOptions.add_arguments(parser, ["keep_query_id"])
-    args = parser.parse_args(argv)
+    return parser
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     search = SearchOptions.from_args(args)
+    if args.vectors is not None and search.engine == "pisa":
+        logger.warning(f"'search --engine pisa --vectors' is deprecated; build the index with 'index --engine pisa "
+                       f"--vectors {args.vectors} --output {args.index}', then search it")
     if args.vectors is not None and search.engine != "pisa":
         raise VtreproError("--vectors builds a PISA index: use it with --engine pisa (build Lucene indexes with "
                            "'python -m vtrepro index')")
@@ -73,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             run = search_impact(check_index_folder(opened.index), queries, search.k, search.threads,
                                 not search.keep_query_id)
     elif search.engine == "pisa":
-        from vtrepro.search.pisa import ensure_pisa_index, search_pisa
+        from vtrepro.index.pisa import ensure_pisa_index
+        from vtrepro.search.pisa import search_pisa
 
         if vectors is not None:
             ensure_pisa_index(vectors, args.index)

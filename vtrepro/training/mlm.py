@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from vtrepro.core.checkpoints import check_out, save_checkpoint
-from vtrepro.core.cli import add_checkpoint_arguments, cli_entry, command_parser, positive_int
+from vtrepro.core.cli import add_checkpoint_arguments, add_limit, add_renamed, cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output
 from vtrepro.core.log import quiet_transformers
@@ -277,9 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("mlm", __doc__)
     add_checkpoint_arguments(parser, "masked-LM checkpoint", "the training texts")
     MlmOptions.add_arguments(parser, [name for name in MlmOptions.schema() if name not in ("dataset", "corpus")])
-    parser.add_argument("--precision", choices=tuple(OLD_DTYPES), default=None, help=argparse.SUPPRESS)  # old --dtype
-    parser.add_argument("--max-texts", type=positive_int, default=None, help="use only the first N texts of the corpus")
-    parser.add_argument("--trust-remote-code", action="store_true", help="allow the model's own code to run")
+    add_renamed(parser, "--precision", "--dtype", values=OLD_DTYPES)
+    add_limit(parser, "texts of the corpus")
+    add_renamed(parser, "--max-texts", "--limit")
     return parser
 
 
@@ -287,11 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     check_output(args.output, [resolve_model(args.model, args.model_dir), args.dataset, args.corpus], kind="folder")
-    if args.precision is not None:
-        logger.warning(f"--precision {args.precision} is deprecated; write --dtype {OLD_DTYPES[args.precision]}")
-        args.dtype = OLD_DTYPES[args.precision]
     args.corpus = None if args.corpus is None else str(args.corpus)  # a path in words, as a recipe gives it
-    report = run_mlm(args.model, args.output, MlmOptions.from_args(args), data_dir=args.data_dir, max_texts=args.max_texts,
+    report = run_mlm(args.model, args.output, MlmOptions.from_args(args), data_dir=args.data_dir, max_texts=args.limit,
                      model_dir=args.model_dir, trust_remote_code=args.trust_remote_code)
     logger.info(f"{args.output}: {report['steps']} steps on {report['texts']} texts, loss {report['loss_first_10_percent']} -> "
                 f"{report['loss_last_10_percent']} in {report['seconds']} s")

@@ -18,6 +18,7 @@ latest checkpoint with the same data order and losses. docs/training.md describe
 """
 from __future__ import annotations
 
+import argparse
 import functools
 import logging
 import os
@@ -27,6 +28,8 @@ from typing import TYPE_CHECKING
 from vtrepro.core.cli import (
     add_data_dir,
     add_model_dir,
+    add_output_folder,
+    add_renamed,
     add_trust_remote_code,
     cli_entry,
     command_parser,
@@ -117,12 +120,13 @@ def rehearse(recipe: Recipe, output: Path, args) -> int:
     return 0
 
 
-@cli_entry
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("train", __doc__)
-    parser.add_argument("--recipe", "--config", dest="recipe", required=True,
-                        help="recipe YAML file, or a name in regressions/recipes/ (--config is the old spelling)")
-    parser.add_argument("--output", type=Path, help="run folder (default: runs/train/<recipe name>)")
+    parser.add_argument("--recipe", required=True, metavar="RECIPE",
+                        help="recipe YAML file, or a name in regressions/recipes/")
+    add_renamed(parser, "--config", "--recipe")
+    add_output_folder(parser, "run folder (default: runs/train/<recipe name>)", required=False,
+                      rule="an unfinished run of the same recipe there is resumed")
     add_data_dir(parser)
     add_model_dir(parser)
     parser.add_argument("--dry-run", action="store_true", help="validate the recipe, print the plan and cost, run nothing")
@@ -132,7 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu-tflops", type=positive_float, default=DEFAULT_GPU_TFLOPS,
                         help="sustained TFLOP/s assumed by the --dry-run cost estimate (default: %(default)s)")
     add_trust_remote_code(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     recipe = load_recipe(args.recipe)
     grant_remote_code(recipe.path, ["the recipe"] if recipe.trust_remote_code else [], args.trust_remote_code)
     if args.rehearse:

@@ -1,7 +1,7 @@
 """Automatic post-hoc calibration (APC): shift a SPLADE model's decoder bias by one constant.
 
 ``python -m vtrepro calibrate --model M --dataset scifact --cut-percent 60 --output DIR`` encodes a
-seeded sample of the first ``--docs`` documents, picks ``delta`` and saves the model with
+seeded sample of the first ``--limit`` documents, picks ``delta`` and saves the model with
 ``bias + delta`` (plus its tokenizer and ``calibration_report.json``).
 
 A per-term constant commutes with max-pooling: max over positions of ``logit + delta`` is
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence, cast
 
 from vtrepro.core.checkpoints import check_out, save_checkpoint
-from vtrepro.core.cli import add_checkpoint_arguments, cli_entry, command_parser
+from vtrepro.core.cli import add_checkpoint_arguments, add_limit, add_path, add_renamed, cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output
 from vtrepro.core.options import Options, option
@@ -59,6 +59,10 @@ AUTHORS_SAMPLING = {"group_docs": 64, "per_group": 20_000, "max_samples": 1_000_
 """The released probe's sampling (probe_activation_percentiles.py at 887dd22, its defaults): per batch of
 64 documents (one forward pass), 20,000 max-pooled logits drawn with replacement, at most 1,000,000 in
 all, seed 42."""
+
+
+COMMAND_FLAGS = {"--docs": "--limit", "--max-length": "--max-length-doc"}
+"""The calibrate command's flags for the options whose spec key names them otherwise."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,17 @@ class CalibrationOptions(Options):
         if self.released_probe and self.target_terms is not None:
             return "target_terms", "with preset authors calibrates by 'cut_percent' (the released probe has no target terms)"
         return None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, **given: Any) -> CalibrationOptions:
+        """The options of calibrate's command line, where ``max_length`` is ``--max-length-doc`` (and ``docs``
+        ``--limit``, stored as ``docs``)."""
+        if hasattr(args, "max_length_doc"):
+            given = {**given, "max_length": args.max_length_doc}
+        return super().from_args(args, **given)
+
+    def to_argv(self, names: Sequence[str] | None = None) -> list[str]:
+        return [COMMAND_FLAGS.get(arg, arg) for arg in super().to_argv(names)]
 
     @property
     def released_probe(self) -> bool:
@@ -348,9 +363,11 @@ def run_calibration(
     queries: str | Path | None = None,
     data_dir: str | Path | None = None,
     model_dir: str | Path | None = None,
+    trust_remote_code: bool = False,
 ) -> dict[str, Any]:
-    """Calibrate ``model`` on the documents ``options`` name and save the shifted checkpoint with its report
-    to ``out``; ``queries`` (a JSONL file) adds query-side FLOPS to the report."""
+    """Calibrate ``model`` (running its own code only with ``trust_remote_code``) on the documents ``options``
+    name and save the shifted checkpoint with its report to ``out``; ``queries`` (a JSONL file) adds
+    query-side FLOPS to the report."""
     from vtrepro.model.splade import SpladeEncoder
 
     max_length, batch_size = options.max_length, encoding_batch(options)
@@ -360,7 +377,8 @@ def run_calibration(
     texts = list(itertools.islice(dataset_or_file_texts(source, data_dir, titles=not options.released_probe),
                                   options.docs))
     query_texts = list(corpus_texts(queries)) if queries else None
-    encoder = SpladeEncoder(model, EncoderOptions(max_length_doc=max_length, batch_size=batch_size), model_dir=model_dir)
+    encoder = SpladeEncoder(model, EncoderOptions(max_length_doc=max_length, batch_size=batch_size), model_dir=model_dir,
+                            trust_remote_code=trust_remote_code)
     delta, report = calibrate_bias(encoder, texts, options, query_texts)
     report = {"model": str(model), "dataset": options.dataset, "corpus": options.corpus, "max_length": max_length,
               "seed": options.seed, **report}
@@ -372,10 +390,15 @@ def run_calibration(
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("calibrate", __doc__)
     add_checkpoint_arguments(parser, "SPLADE / masked-LM checkpoint", "the calibration documents (e.g. scifact)")
-    CalibrationOptions.add_arguments(parser, ["preset", "docs"])
+    CalibrationOptions.add_arguments(parser, ["preset"])
+    docs = CalibrationOptions.schema()["docs"]
+    add_limit(parser, "documents", default=docs.default, maximum=MAX_DOCS, dest="docs")
+    add_renamed(parser, "--docs", "--limit")
     CalibrationOptions.add_arguments(parser.add_mutually_exclusive_group(), ["cut_percent", "target_terms"])
-    CalibrationOptions.add_arguments(parser, ["max_length", "max_sample", "batch_size", "seed"])
-    parser.add_argument("--queries", type=Path, default=None, help="queries JSONL ('text') for query-side FLOPS")
+    EncoderOptions.add_arguments(parser, ["max_length_doc"])  # a spec's calibrate block calls it max_length
+    add_renamed(parser, "--max-length", "--max-length-doc")
+    CalibrationOptions.add_arguments(parser, ["max_sample", "batch_size", "seed"])
+    add_path(parser, "--queries", "input file", help="queries JSONL ('text') for query-side FLOPS")
     return parser
 
 
@@ -387,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     args.corpus = None if args.corpus is None else str(args.corpus)  # a path in words, as a spec or recipe gives it
     options = CalibrationOptions.from_args(args)
     report = run_calibration(args.model, args.output, options, queries=args.queries, data_dir=args.data_dir,
-                             model_dir=args.model_dir)
+                             model_dir=args.model_dir, trust_remote_code=args.trust_remote_code)
     before, after = report["before"], report["after"]
     logger.info(f"{args.output}: delta {report['delta']:+.4f}; active terms per doc {before['active_mean']} -> "
                 f"{after['active_mean']}, dead {before['dead_share']:.1%} -> {after['dead_share']:.1%}, "

@@ -294,9 +294,11 @@ def run_transfer(
     *,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     model_dir: str | Path | None = None,
+    trust_remote_code: bool = False,
 ) -> dict[str, Any]:
-    """Load ``source``, transfer it with ``options`` (default: :class:`TransferOptions`' defaults), and save a
-    checkpoint with ``transfer_report.json`` to ``out``; return the report.
+    """Load ``source`` (running its own code only with ``trust_remote_code``), transfer it with ``options``
+    (default: :class:`TransferOptions`' defaults), and save a checkpoint with ``transfer_report.json`` to
+    ``out``; return the report.
 
     ``options.reference=None`` means the target tokenizer's own model, or none for a ``tokenizer.json``.
     ``options.leaveout`` first removes a seeded share of the source's tokens (:func:`make_leaveout_source`,
@@ -313,7 +315,7 @@ def run_transfer(
     held_out: list[str] = []
     leaveout = options.leaveout
     if leaveout is None:
-        model, source_tokenizer = load_masked_lm(source, model_dir)
+        model, source_tokenizer = load_masked_lm(source, model_dir, trust_remote_code)
     else:
         model, source_tokenizer, held_out = make_leaveout_source(resolve_model(source, model_dir), leaveout.fraction,
                                                                  leaveout.seed)
@@ -345,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     options = TransferOptions.from_args(args)
     models = (args.model, options.target_tokenizer, options.reference)
     check_output(args.output, [resolve_model(name, args.model_dir) for name in models if name], kind="folder")
-    report = run_transfer(args.model, args.output, options, chunk_size=args.chunk_size, model_dir=args.model_dir)
+    report = run_transfer(args.model, args.output, options, chunk_size=args.chunk_size, model_dir=args.model_dir,
+                          trust_remote_code=args.trust_remote_code)
     counts = report["counts"]
     logger.info(f"{args.output}: {report['vocabulary']['source']} -> {report['vocabulary']['target']} tokens "
                 f"(exact {counts['exact']}, merged {counts['merged']}, new {counts['new']}, special {counts['special']}) "

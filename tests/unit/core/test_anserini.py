@@ -53,7 +53,7 @@ def test_a_pyserini_outside_the_supported_lines_is_one_line_naming_what_to_insta
     record.mkdir(parents=True)
     (record / "METADATA").write_text("Metadata-Version: 2.1\nName: pyserini\nVersion: 1.5.0\n")
     command = [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv.pop(1)); from vtrepro.__main__ import main; "
-               "sys.exit(main())", str(tmp_path / "site"), "index", "--vectors", str(tmp_path), "--index",
+               "sys.exit(main())", str(tmp_path / "site"), "index", "--vectors", str(tmp_path), "--output",
                str(tmp_path / "index")]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert_one_error_line(result.returncode, result.stderr, "Pyserini 1.5.0 is installed", "1.6.x (Python 3.11)",

@@ -101,7 +101,7 @@ def test_the_command_prints_fingerprints_and_the_difference(encoded, tmp_path, c
     changed = records(folder)
     term = next(iter(changed[3]["vector"]))
     changed[3]["vector"][term] += 5
-    assert main([str(folder), str(write_records(tmp_path / "other", [changed]))]) == 0
+    assert main(["--vectors", str(folder), "--reference-vectors", str(write_records(tmp_path / "other", [changed]))]) == 0
     first, _, difference = capsys.readouterr().out.splitlines()
     assert first.startswith(f"{manifest['fingerprint']}  60 records, total impact {manifest['total_terms']}")
     assert json.loads(difference) == {"identical": False, "records": 60, "records_differing": 1, "impacts_differing": 1,

@@ -61,7 +61,7 @@ def test_both_tests_agree_on_a_small_mixed_difference(qrels) -> None:
 def test_command_line_baseline(tmp_path, data_dir, qrels, capsys) -> None:
     write_trec_run(ranked_at(qrels, lambda index: 1), tmp_path / "a.trec")
     write_trec_run(ranked_at(qrels, lambda index: 3), tmp_path / "b.trec")
-    assert main(["--run", str(tmp_path / "a.trec"), "--baseline", str(tmp_path / "b.trec"), "--dataset", "scifact",
+    assert main(["--run", str(tmp_path / "a.trec"), "--baseline-run", str(tmp_path / "b.trec"), "--dataset", "scifact",
                  "--data-dir", str(data_dir), "--metrics", "ndcg@10,recall@100"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["ndcg@10"]["difference"] > 0 and result["recall@100"]["difference"] == 0

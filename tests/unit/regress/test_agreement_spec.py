@@ -34,7 +34,7 @@ conditions:
 def agreement_run(tmp_path, splade_tiny, mini_beir):
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC.format(model=splade_tiny))
-    regress(["--spec", str(spec), "--data-dir", str(mini_beir), "--output", str(tmp_path / "runs")])
+    regress(["--spec", str(spec), "--data-dir", str(mini_beir), "--runs", str(tmp_path / "runs")])
     return tmp_path / "runs" / "spec"
 
 

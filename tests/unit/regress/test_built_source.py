@@ -24,7 +24,7 @@ conditions:
 def test_the_round_trip_ablation_dry_run_names_the_build_and_needs_no_script(tmp_path, data_dir, models_dir, capsys):
     output = tmp_path / "runs"
     assert regress(["--spec", "vt_round_trip_ablation", "--data-dir", str(data_dir), "--model-dir", str(models_dir),
-                    "--output", str(output), "--dry-run"]) == 0
+                    "--runs", str(output), "--dry-run"]) == 0
     plan = capsys.readouterr().out
     folder = output / "vt_round_trip_ablation" / SOURCES_DIRNAME / "round_trip-splade-tiny"
     assert f"moved onto GPT-2's BPE vocabulary (round_trip source, to build once in {folder})" in plan

@@ -18,7 +18,7 @@ def test_inference_free_condition_runs_end_to_end(tmp_path, splade_tiny, mini_be
     IdfQueryEncoder.from_corpus(tokenizer, [json.loads(line)["text"] for line in corpus]).save(model)
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"conditions:\n  free:\n    model: {model}\n    query_encoder: idf\n    datasets:\n      mini:\n")
-    regress(["--spec", str(spec), "--data-dir", str(mini_beir), "--output", str(tmp_path / "runs")])
+    regress(["--spec", str(spec), "--data-dir", str(mini_beir), "--runs", str(tmp_path / "runs")])
     query = json.loads((tmp_path / "runs" / "spec" / "free" / "mini" / "queries.jsonl").read_text())
     assert set(query["vector"]) == {"what", "causes", "heart", "attacks"}  # only the query's own tokens
     run = (tmp_path / "runs" / "spec" / "free" / "mini" / "run.trec").read_text().splitlines()

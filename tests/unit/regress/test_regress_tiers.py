@@ -51,7 +51,7 @@ def rows_of(runs, spec_name="mini_spec"):
 
 
 def run(spec, data, output, *extra):
-    return regress(["--spec", str(spec), "--data-dir", str(data), "--output", str(output), *extra])
+    return regress(["--spec", str(spec), "--data-dir", str(data), "--runs", str(output), *extra])
 
 
 def pinned(document):
@@ -117,7 +117,7 @@ def test_matching_fingerprints_leave_no_tolerance(recorded, tmp_path):
 def bundle(recorded, tmp_path_factory):
     spec, _, runs = recorded
     path = tmp_path_factory.mktemp("bundle") / "mini.tar"
-    assert export(["--spec", str(spec), "--runs", str(runs), "--output", str(path)]) == 0
+    assert export(["vectors", "--spec", str(spec), "--runs", str(runs), "--output", str(path)]) == 0
     return path
 
 
@@ -133,7 +133,7 @@ def test_a_bundle_reproduces_every_figure_without_the_model(recorded, bundle, tm
 def test_bundles_are_byte_identical_for_the_same_vectors(recorded, bundle, tmp_path):
     spec, _, runs = recorded
     again = tmp_path / "again.tar"
-    assert export(["--spec", str(spec), "--runs", str(runs), "--output", str(again)]) == 0
+    assert export(["vectors", "--spec", str(spec), "--runs", str(runs), "--output", str(again)]) == 0
     assert again.read_bytes() == bundle.read_bytes()
 
 

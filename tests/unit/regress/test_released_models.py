@@ -48,7 +48,7 @@ def test_every_released_condition_is_inference_free_on_beir_13_with_its_publishe
 def test_dry_run_prints_the_plan_and_gpu_hours_and_refuses_remote_code_unless_granted(tmp_path, data_dir, capsys):
     output = tmp_path / "runs"
     command = ["--spec", "beir_released_models", "--data-dir", str(data_dir), "--model-dir", str(tmp_path / "none"),
-               "--output", str(output), "--dry-run"]
+               "--runs", str(output), "--dry-run"]
     assert regress(command) == 2
     assert "condition 'opensearch-doc-v3-gte' set trust_remote_code: true" in capsys.readouterr().err
     assert regress([*command, "--trust-remote-code"]) == 0

@@ -16,17 +16,11 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.encode.reader import read_query_vectors
 from vtrepro.encode.vectors import escape_term
 from vtrepro.index.lucene import build_impact_index
+from vtrepro.index.lucene import main as index_main
+from vtrepro.index.pisa import build_pisa_index, ensure_pisa_index, pisa_context, pisa_term, read_pisa_meta
 from vtrepro.search.command import main as search_main
 from vtrepro.search.lucene import search_impact
-from vtrepro.search.pisa import (
-    _prepare,
-    _retrieve,
-    build_pisa_index,
-    ensure_pisa_index,
-    pisa_term,
-    read_pisa_meta,
-    search_pisa,
-)
+from vtrepro.search.pisa import _retrieve, search_pisa
 from vtrepro.search.runs import write_trec_run
 
 # HAND_MADE_DOCS, then four documents tied on "tie" written out of id order, and cased terms.
@@ -80,7 +74,7 @@ def test_scores_are_exact_integer_dot_products_with_cased_terms_kept(both_indexe
 
 def test_a_tie_that_pisa_cuts_at_the_boundary_is_completed_by_document_id(both_indexes):
     _, _, pisa = both_indexes
-    own_top_two = _retrieve(_prepare(pisa), [{pisa_term("tie"): 1.0}], 2, 1)[0]
+    own_top_two = _retrieve(pisa_context(pisa), [{pisa_term("tie"): 1.0}], 2, 1)[0]
     assert len(own_top_two) == 2 and ("a", 5.0) not in own_top_two  # PISA keeps the first tied documents it meets
     assert search_pisa(pisa, {"tied": {"tie": 1}}, k=1) == {"tied": {"a": 5.0}}
     assert list(search_pisa(pisa, {"tied": {"tie": 1}}, k=3)["tied"]) == ["a", "b", "c"]
@@ -124,8 +118,8 @@ def test_missing_or_foreign_pisa_index_is_a_clear_error(tmp_path):
 # A build that stalls in PISA's compression (its collection and lexicons written) until it is killed.
 STALLED_BUILD = """
 import sys, time
-from vtrepro.search import pisa
-pisa._prepare = lambda folder: time.sleep(600)
+from vtrepro.index import pisa
+pisa.pisa_context = lambda folder: time.sleep(600)
 pisa.build_pisa_index(sys.argv[1], sys.argv[2])
 """
 
@@ -188,7 +182,7 @@ def test_an_index_a_killed_build_had_set_aside_is_put_back(both_indexes, tmp_pat
     def interrupted(folder):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("vtrepro.search.pisa._prepare", interrupted)
+    monkeypatch.setattr("vtrepro.index.pisa.pisa_context", interrupted)
     with pytest.raises(KeyboardInterrupt):
         build_pisa_index(vectors, tmp_path / "pisa")
     assert read_pisa_meta(tmp_path / "pisa") == meta and hidden(tmp_path) == []
@@ -221,7 +215,7 @@ def test_a_failed_rebuild_leaves_no_temporary_folder_and_the_index_as_it_was(bot
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr("vtrepro.search.pisa._prepare", interrupted)
+        patch.setattr("vtrepro.index.pisa.pisa_context", interrupted)
         with pytest.raises(KeyboardInterrupt):
             build_pisa_index(tmp_path / "other", tmp_path / "pisa")
     assert read_pisa_meta(tmp_path / "pisa") == meta and hidden(tmp_path) == []
@@ -235,7 +229,8 @@ def test_search_command_writes_the_same_run_file_with_either_engine(both_indexes
                                for qid, vector in QUERIES.items() if vector))
     common = ["--queries", str(queries), "--k", "3"]
     assert search_main(["--index", str(lucene), "--output", str(tmp_path / "lucene.trec"), *common]) == 0
-    assert search_main(["--engine", "pisa", "--vectors", str(vectors), "--index", str(tmp_path / "pisa"),
+    assert index_main(["--engine", "pisa", "--vectors", str(vectors), "--output", str(tmp_path / "pisa")]) == 0
+    assert search_main(["--engine", "pisa", "--index", str(tmp_path / "pisa"),
                         "--output", str(tmp_path / "pisa.trec"), "--threads", "2", *common]) == 0
     assert (tmp_path / "pisa.trec").read_bytes() == (tmp_path / "lucene.trec").read_bytes()
     capsys.readouterr()

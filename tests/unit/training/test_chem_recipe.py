@@ -47,7 +47,7 @@ def test_every_chem_value_cites_its_source() -> None:
 @pytest.mark.slow  # ~10 s; test_train's every-shipped-recipe dry run covers its exit status in the fast run
 def test_chem_recipe_dry_run_prints_plan_and_cost(models_dir: Path, capsys, monkeypatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert train(["--config", "chem_splade", "--dry-run", "--model-dir", str(models_dir)]) == 0
+    assert train(["--recipe", "chem_splade", "--dry-run", "--model-dir", str(models_dir)]) == 0
     plan = capsys.readouterr().out
     for expected in ("pairs (generated_query, paragraph) from BASF-AI/dolma-chem-only-query-generated, 200000 kept",
                      "1563 steps x 128 queries", "flops d 0.003", "max length q 512 / d 512", "GPU-", "PFLOP"):
@@ -127,7 +127,7 @@ def test_pairs_train_a_few_steps_on_splade_tiny(tmp_path: Path, splade_tiny: Pat
     path = tmp_path / "chem_tiny.yaml"
     with open(path, "w") as handle:
         yaml.dump(recipe, handle)
-    assert train(["--config", str(path), "--output", str(tmp_path / "run")]) == 0
+    assert train(["--recipe", str(path), "--output", str(tmp_path / "run")]) == 0
     log = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
     assert [entry["step"] for entry in log] == [1, 2, 3] and all(np.isfinite(entry["loss"]) for entry in log)
     assert (tmp_path / "run" / "final" / "config.json").is_file()

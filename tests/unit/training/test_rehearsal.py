@@ -74,14 +74,14 @@ def test_a_recipe_is_scaled_and_its_inputs_stood_in_for(tmp_path: Path) -> None:
 
 def test_rehearse_refuses_record_and_vectors(tmp_path: Path, capsys) -> None:
     code, _, err = run_command(regress, ["--spec", "beir_bm25_flat", "--rehearse", "--record",
-                                         "--output", tmp_path], capsys)
+                                         "--runs", tmp_path], capsys)
     assert_one_error_line(code, err, "--rehearse runs on stand-ins, so --record has no meaning with it")
 
 
 def test_a_spec_naming_a_folder_no_recipe_trains_is_one_line(tmp_path: Path, capsys) -> None:
     spec = tmp_path / "local.yaml"
     spec.write_text("conditions:\n  mine:\n    model: ./my-models/splade\n    datasets: {scifact: }\n")
-    code, _, err = run_command(regress, ["--spec", spec, "--rehearse", "--output", tmp_path / "runs"], capsys)
+    code, _, err = run_command(regress, ["--spec", spec, "--rehearse", "--runs", tmp_path / "runs"], capsys)
     assert_one_error_line(code, err, "condition 'mine': model ./my-models/splade is a folder, which a rehearsal "
                                      "cannot stand in for")
 

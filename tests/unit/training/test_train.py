@@ -96,7 +96,7 @@ def test_shipped_recipes_validate() -> None:
 @pytest.mark.parametrize("recipe", sorted(path.stem for path in RECIPES.glob("*.yaml")))
 def test_every_shipped_recipe_dry_runs_with_its_cost(recipe: str, models_dir: Path, capsys, monkeypatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert main(["--config", recipe, "--dry-run", "--model-dir", str(models_dir)]) == 0
+    assert main(["--recipe", recipe, "--dry-run", "--model-dir", str(models_dir)]) == 0
     plan = capsys.readouterr().out
     assert "GPU-" in plan and "cost: unknown" not in plan, plan[-400:]
 
@@ -113,7 +113,7 @@ def test_paper_conditions_share_the_authors_training_values() -> None:
 
 def test_paper_recipe_dry_run_prints_plan_and_cost(capsys, monkeypatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert main(["--config", str(RECIPES / "modernbert_vt.yaml"), "--dry-run"]) == 0
+    assert main(["--recipe", str(RECIPES / "modernbert_vt.yaml"), "--dry-run"]) == 0
     plan = capsys.readouterr().out
     for expected in ("1. transfer answerdotai/ModernBERT-base", "python -m vtrepro transfer", "--preset authors", "2. mlm",
                      "python -m vtrepro mlm", "3. calibrate", "--cut-percent 60", "4. train SPLADE",
@@ -125,7 +125,7 @@ def test_paper_recipe_dry_run_prints_plan_and_cost(capsys, monkeypatch) -> None:
 def test_paper_recipe_fails_with_one_line_naming_the_missing_model(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     result = subprocess.run(
-        [sys.executable, "-m", "vtrepro", "train", "--config", str(RECIPES / "modernbert_vt.yaml"),
+        [sys.executable, "-m", "vtrepro", "train", "--recipe", str(RECIPES / "modernbert_vt.yaml"),
          "--output", str(tmp_path / "run"), "--model-dir", str(tmp_path)],
         capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, cwd=REPO, timeout=120)
     assert result.returncode == 2
@@ -320,7 +320,7 @@ def test_mlm_adaptation_lowers_loss_and_saves_a_loadable_model(tmp_path, splade_
 
 
 def _train_command(config: Path, output: Path) -> list[str]:
-    return [sys.executable, "-m", "vtrepro", "train", "--config", str(config), "--output", str(output)]
+    return [sys.executable, "-m", "vtrepro", "train", "--recipe", str(config), "--output", str(output)]
 
 
 @pytest.mark.slow

@@ -81,8 +81,8 @@ def test_command_line_saves_the_shifted_checkpoint(
     corpus.write_text("".join(json.dumps({"_id": str(i), "title": "", "text": text}) + "\n"
                               for i, text in enumerate(texts[:40])))
     out = tmp_path / "calibrated"
-    args = ["--model", str(splade_tiny), "--corpus", str(corpus), "--docs", "30", "--max-length", "64"]
-    assert main([*args, "--target-terms", "40", "--out", str(out)]) == 0
+    args = ["--model", str(splade_tiny), "--corpus", str(corpus), "--limit", "30", "--max-length-doc", "64"]
+    assert main([*args, "--target-terms", "40", "--output", str(out)]) == 0
     assert re.search(r"^encode documents: 30 doc in [\d.]+ s \([\d.]+ doc/s\)$", capsys.readouterr().err, re.MULTILINE)
     report = json.loads((out / CALIBRATION_REPORT).read_text())
     assert report["documents"] == report["sample_documents"] == 30
@@ -94,12 +94,12 @@ def test_command_line_saves_the_shifted_checkpoint(
 
     capsys.readouterr()
     with pytest.raises(SystemExit) as exited:
-        main([*args, "--cut-percent", "120", "--out", str(tmp_path / "bad")])
+        main([*args, "--cut-percent", "120", "--output", str(tmp_path / "bad")])
     assert exited.value.code == 2
     assert "argument --cut-percent: expected a number in (0, 100)" in capsys.readouterr().err
-    assert main([*args, "--out", str(out)]) == 2  # not empty
+    assert main([*args, "--output", str(out)]) == 2  # not empty
     with pytest.raises(SystemExit):
-        main([*args, "--cut-percent", "60", "--target-terms", "40", "--out", str(tmp_path / "both")])
+        main([*args, "--cut-percent", "60", "--target-terms", "40", "--output", str(tmp_path / "both")])
     assert sorted(path.name for path in tmp_path.iterdir()) == ["calibrated", "corpus.jsonl"]
 
 
@@ -109,7 +109,7 @@ def test_authors_preset_cuts_at_the_sampled_percentile_of_every_logit(splade_tin
     """The released probe: document text without title, all vocabulary ids (specials included), zeros and
     negatives included, 20,000 values drawn per 64 documents; its percentile estimates the exact one."""
     code = main(["--preset", "authors", "--model", str(splade_tiny), "--dataset", "scifact", "--data-dir",
-                 str(data_dir), "--docs", "128", "--cut-percent", "60", "--max-length", str(MAX_LENGTH),
+                 str(data_dir), "--limit", "128", "--cut-percent", "60", "--max-length-doc", str(MAX_LENGTH),
                  "--output", str(tmp_path / "apc")])
     assert code == 0
     report = json.loads((tmp_path / "apc" / CALIBRATION_REPORT).read_text())

@@ -59,7 +59,7 @@ def test_authors_preset_is_the_released_probe(docs: int, cut: float, splade_tiny
                                              nfcorpus: list[str], tmp_path: Path) -> None:
     out = tmp_path / "apc"
     assert main(["--preset", "authors", "--model", str(splade_tiny), "--dataset", "nfcorpus", "--data-dir",
-                 str(data_dir), "--docs", str(docs), "--cut-percent", f"{cut:g}", "--max-length", str(MAX_LENGTH),
+                 str(data_dir), "--limit", str(docs), "--cut-percent", f"{cut:g}", "--max-length-doc", str(MAX_LENGTH),
                  "--output", str(out)]) == 0
     cutoff = released_probe_cutoff(splade_tiny, nfcorpus[:docs], cut)
     report = json.loads((out / CALIBRATION_REPORT).read_text())

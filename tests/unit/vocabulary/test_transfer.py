@@ -96,7 +96,7 @@ def test_identity_transfer_keeps_every_weight(splade, splade_tiny: Path) -> None
 
 def test_identity_through_the_command_line(splade, splade_tiny: Path, tmp_path: Path) -> None:
     out = tmp_path / "identity"
-    assert main(["--source", str(splade_tiny), "--target-tokenizer", str(splade_tiny), "--out", str(out)]) == 0
+    assert main(["--model", str(splade_tiny), "--target-tokenizer", str(splade_tiny), "--output", str(out)]) == 0
     report = json.loads((out / TRANSFER_REPORT).read_text())
     assert report["counts"]["exact"] == 30517 and report["counts"]["new"] == 0
     assert report["reference"] == str(splade_tiny)
@@ -274,14 +274,14 @@ def test_bad_inputs_are_one_line_errors(bpe_tokenizer, splade, splade_tiny: Path
     (busy / "keep.txt").write_text("x")
     capsys.readouterr()
     cases = [
-        (["--out", str(busy)], "already exists"),
-        (["--out", str(tmp_path / "a"), "--reference", str(source_dir)], "differs from the target tokenizer"),
-        (["--out", str(tmp_path / "b"), "--target-tokenizer", str(splade_tiny / "tokenizer.json")],
+        (["--output", str(busy)], "already exists"),
+        (["--output", str(tmp_path / "a"), "--reference", str(source_dir)], "differs from the target tokenizer"),
+        (["--output", str(tmp_path / "b"), "--target-tokenizer", str(splade_tiny / "tokenizer.json")],
          "needs a --reference"),
     ]
     for extra, message in cases:
-        assert main(["--source", str(source_dir), "--target-tokenizer", str(splade_tiny), *extra]) == 2
-        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert main(["--model", str(source_dir), "--target-tokenizer", str(splade_tiny), *extra]) == 2
+        last = capsys.readouterr().err.strip().splitlines()[-1]  # after transformers' progress bars
         assert last.startswith("error: ") and message in last
     assert sorted(path.name for path in tmp_path.iterdir()) == ["busy", "source"]
     with pytest.raises(VtreproError, match="needs a --reference"):
@@ -334,8 +334,8 @@ def test_leaveout_transfer_equals_transfer_from_saved_source(splade_tiny: Path, 
 
 def test_leaveout_command_line_rejects_a_bad_fraction(splade_tiny: Path, tmp_path: Path, capsys) -> None:
     with pytest.raises(SystemExit) as exited:
-        main(["--source", str(splade_tiny), "--target-tokenizer", str(splade_tiny), "--leaveout", "1.5",
-              "--out", str(tmp_path / "out")])
+        main(["--model", str(splade_tiny), "--target-tokenizer", str(splade_tiny), "--leaveout", "1.5",
+              "--output", str(tmp_path / "out")])
     assert exited.value.code == 2
     assert "argument --leaveout: expected a number in (0, 1)" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
@@ -349,8 +349,8 @@ def test_command_line_logs_one_line_per_step_with_its_rate(splade_tiny: Path, tm
     """Not on a terminal, every step prints one summary line with its count and rate; nothing else reaches
     stderr but the closing line (no bar, no third-party log)."""
     out = tmp_path / "out"
-    assert main(["--source", str(splade_tiny), "--target-tokenizer", str(splade_tiny), "--leaveout", "0.1",
-                 "--similarity", "pmi", "--out", str(out)]) == 0
+    assert main(["--model", str(splade_tiny), "--target-tokenizer", str(splade_tiny), "--leaveout", "0.1",
+                 "--similarity", "pmi", "--output", str(out)]) == 0
     lines = capfd.readouterr().err.splitlines()
     new = json.loads((out / TRANSFER_REPORT).read_text())["counts"]["new"]
     steps = [("match vocabularies", 30522), ("topology prior (pmi)", new), ("topology weights", new)]

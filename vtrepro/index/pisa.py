@@ -1,0 +1,240 @@
+"""PISA indexes of impact vectors (through pyterrier-pisa's bindings), built by ``python -m vtrepro index
+--engine pisa`` and searched by :mod:`vtrepro.search.pisa`.
+
+:func:`build_pisa_index` indexes the JsonVectorCollection folder Lucene indexes: impacts are posted as term
+frequencies, as they are (scale 1), for PISA's ``quantized`` scorer; terms are posted as the hex of their
+UTF-8 bytes (:func:`pisa_term`), since PISA lowercases query terms. :func:`ensure_pisa_index` keeps an index
+that already holds the same vectors (same fingerprint).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from array import array
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import process_alive, write_json
+from vtrepro.core.log import verbose
+from vtrepro.core.progress import Progress
+from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files
+from vtrepro.encode.reader import read_vectors, vector_files
+
+logger = logging.getLogger(__name__)
+
+# pyterrier_pisa is imported where it is used, on purpose: it imports pyterrier, pandas and ir_datasets
+# (over a second), which `index --help` and Lucene indexing do not need.
+
+META_NAME = "vtrepro-pisa.json"
+META_FORMAT = "vtrepro.pisa-index/1"
+ENCODING = "block_simdbp"
+
+
+def pisa_term(term: str) -> str:
+    """The token PISA stores for ``term``: its UTF-8 bytes in hex, untouched by PISA's lowercasing."""
+    return term.encode("utf-8").hex()
+
+
+def read_pisa_meta(index_dir: str | Path) -> dict | None:
+    """What :func:`build_pisa_index` recorded about a PISA index folder, or None when it holds none."""
+    path = Path(index_dir) / META_NAME
+    if not path.is_file():
+        return None
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise VtreproError(f"{path}:{error.lineno}: corrupt ({error.msg}); delete the folder and build it again") from None
+    return meta if isinstance(meta, dict) and meta.get("format") == META_FORMAT else None
+
+
+def build_pisa_index(vectors_dir: str | Path, index_dir: str | Path,
+                     expected: VectorSetSummary | None = None) -> dict:
+    """PISA index of a JsonVectorCollection folder (checked as for Lucene unless ``expected`` summarizes
+    it already), built beside ``index_dir`` (where killed builds' leftovers are removed first) and moved
+    into place when complete; returns its metadata."""
+    index_dir = Path(index_dir)
+    if index_dir.is_file() or (index_dir.is_dir() and any(index_dir.iterdir()) and read_pisa_meta(index_dir) is None):
+        raise VtreproError(f"{index_dir}: exists and is not a PISA index; refusing to replace it: remove it or "
+                           "choose another PISA index folder")
+    files = vector_files(vectors_dir)
+    expected = expected or fingerprint_files(files)
+    if not expected.count:
+        raise VtreproError(f"{vectors_dir}: the vector files hold no documents; point at an encoded corpus")
+    index_dir.parent.mkdir(parents=True, exist_ok=True)
+    _remove_dead_builds(index_dir)
+    staging = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.{os.getpid()}.", suffix=".tmp", dir=index_dir.parent))
+    aside = staging.with_suffix(".old")
+    try:
+        meta = _write_index(files, staging, expected)
+        if index_dir.exists():
+            index_dir.rename(aside)
+        staging.rename(index_dir)
+        return meta
+    finally:
+        if aside.exists() and not index_dir.exists():  # the new index never arrived: the old one goes back
+            aside.rename(index_dir)
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _remove_dead_builds(index_dir: Path) -> None:
+    """Remove what killed builds of ``index_dir`` left beside it.
+
+    A build works in ``.<name>.<pid>.<random>.tmp`` and sets the index it replaces aside as
+    ``.<name>.<pid>.<random>.old``; it removes both when it ends, exception or not, so only a killed build
+    leaves them. Such a folder whose pid no longer runs is a leftover: its pid is in its name from its
+    creation, so a live build's folder is never taken (a reused pid only keeps a leftover a while longer).
+    A build killed between setting the old index aside and moving the new one in leaves no index: the
+    old one is put back, as Lucene's builds do. Pids are this machine's: builds of one index from several
+    machines sharing a disk are not told apart.
+    """
+    pattern = re.compile(rf"\.{re.escape(index_dir.name)}\.(\d{{1,9}})\.[^.]+\.(tmp|old)")  # pids fit a C int
+    for path in sorted(index_dir.parent.iterdir()):
+        match = pattern.fullmatch(path.name)
+        if not match or not path.is_dir() or path.is_symlink() or process_alive(int(match[1])):
+            continue
+        if match[2] == "old" and not index_dir.exists() and read_pisa_meta(path) is not None:
+            path.rename(index_dir)
+            logger.warning(f"{index_dir}: put back the index an interrupted rebuild had moved aside")
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def ensure_pisa_index(vectors_dir: str | Path, index_dir: str | Path) -> tuple[dict, float | None]:
+    """The PISA index of ``vectors_dir`` at ``index_dir``, kept when it holds exactly these vectors (same
+    fingerprint) and built otherwise: (its metadata, build seconds or None when kept)."""
+    summary = fingerprint_files(vector_files(vectors_dir))
+    meta = read_pisa_meta(index_dir)
+    if meta is not None and meta["vectors_sha256"] == summary.sha256:
+        return meta, None
+    began = time.perf_counter()
+    meta = build_pisa_index(vectors_dir, index_dir, expected=summary)
+    return meta, time.perf_counter() - began
+
+
+def _write_index(files: list[Path], folder: Path, expected: VectorSetSummary) -> dict:
+    """PISA's binary collection (``inv.docs``, ``inv.freqs``, ``inv.sizes``: uint32 sequences, each list
+    led by its length) and lexicons, then its compressed index and score bounds.
+
+    Two passes over the vectors, so memory holds the vocabulary and a count per document, never the
+    postings: the first counts each term's documents (and writes the document lexicon), the second writes
+    every posting straight to its place in memory-mapped output files, documents in collection order."""
+    terms = _count_terms(files, folder / "fwd.documents", expected.count)
+    tokens = sorted(terms.ids)  # PISA's lexicon is searched by bisection
+    rank = np.empty(len(tokens), dtype=np.int64)
+    rank[[terms.ids[token] for token in tokens]] = np.arange(len(tokens))
+    counts = np.asarray(terms.counts, dtype=np.int64)[np.argsort(rank)]  # by rank
+    cursor = np.cumsum(counts + 1) - counts  # where each term's first posting goes (after its length)
+    postings = int(counts.sum())
+    doc_file = np.memmap(folder / "inv.docs", dtype=np.uint32, mode="w+", shape=(2 + postings + len(tokens),))
+    freq_file = np.memmap(folder / "inv.freqs", dtype=np.uint32, mode="w+", shape=(postings + len(tokens),))
+    doc_file[:2] = (1, len(terms.lengths))
+    doc_file[2 + cursor - 1] = counts
+    freq_file[cursor - 1] = counts
+    with Progress(expected.count, "index (PISA)", "doc") as progress:
+        for number, (_, _, _, vector) in enumerate(read_vectors(files)):
+            ranks = rank[[terms.ids[pisa_term(term)] for term in vector]]
+            places = cursor[ranks]
+            doc_file[2 + places] = number
+            freq_file[places] = np.fromiter(vector.values(), dtype=np.uint32, count=len(vector))
+            cursor[ranks] += 1
+            progress.update()
+    doc_file.flush()
+    freq_file.flush()
+    del doc_file, freq_file  # unmapped before PISA reads the files
+    np.concatenate(([len(terms.lengths)], terms.lengths)).astype(np.uint32).tofile(folder / "inv.sizes")  # unused by the scorer
+    (folder / "fwd.terms").write_text("".join(f"{token}\n" for token in tokens), encoding="utf-8")
+    with _native_output_quiet():
+        pisathon = pisa_bindings()
+        pisathon.build_binlex(str(folder / "fwd.terms"), str(folder / "fwd.termlex"))
+        pisathon.build_binlex(str(folder / "fwd.documents"), str(folder / "fwd.doclex"))
+        pisa_context(folder)  # compresses the index and stores the score bounds, once
+    meta = {"format": META_FORMAT, "vectors_sha256": expected.sha256, "documents": len(terms.lengths),
+            "unique_terms": len(tokens), "total_terms": expected.total_impact, "max_impact": terms.max_impact,
+            "encoding": ENCODING}
+    write_json(folder / META_NAME, meta)
+    return meta
+
+
+class _TermCounts:
+    """The first pass's findings: term -> id in order of appearance, documents per term id, terms per
+    document, the largest impact."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.counts = array("q")
+        self.lengths = array("I")
+        self.max_impact = 0
+
+
+def _count_terms(files: list[Path], documents_lexicon: Path, documents: int) -> _TermCounts:
+    """Pass one: count each term's documents and write the document ids, one a line, in collection order."""
+    terms = _TermCounts()
+    with open(documents_lexicon, "w", encoding="utf-8") as lexicon, \
+            Progress(documents, "index (PISA): count terms", "doc") as progress:
+        for _, _, doc_id, vector in read_vectors(files):
+            for term in vector:
+                term_id = terms.ids.setdefault(pisa_term(term), len(terms.ids))
+                if term_id == len(terms.counts):
+                    terms.counts.append(0)
+                terms.counts[term_id] += 1
+            terms.lengths.append(len(vector))
+            terms.max_impact = max(terms.max_impact, max(vector.values(), default=0))
+            lexicon.write(f"{doc_id}\n")
+            progress.update()
+    return terms
+
+
+@contextlib.contextmanager
+def _native_output_quiet() -> Iterator[None]:
+    """PISA's C++ logs and bars write to file descriptors 1 and 2: into a temporary file while it builds
+    (shown when the build fails), unless ``--verbose``."""
+    if verbose():
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            _restore(saved)
+            log.seek(0)
+            native_log = log.read().decode("utf-8", "replace").rstrip("\n")
+            if native_log:
+                logger.error(native_log)
+            raise
+        _restore(saved)
+
+
+def _restore(saved: list[int]) -> None:
+    for fd, copy in zip((1, 2), saved):
+        os.dup2(copy, fd)
+        os.close(copy)
+
+
+def pisa_bindings():
+    from pyterrier_pisa import _pisathon
+
+    return _pisathon
+
+
+def pisa_context(index_dir: Path):
+    """PISA's retrieval context over ``index_dir`` (quantized scorer, no stemmer, no stopwords)."""
+    pisathon = pisa_bindings()
+    context = pisathon.RetrievalContext()
+    pisathon.prepare_index(context, str(index_dir), ENCODING, "quantized", "", quantize=0, stop_fname="")
+    return context
