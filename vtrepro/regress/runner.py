@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     add_data_dir(parser)
     add_model_dir(parser)
     parser.add_argument("--output", type=Path, help="artifacts and reports (default runs/, with --rehearse runs/rehearse/)")
-    add_threads(parser, "search threads (results do not depend on it; indexing always uses 1)")
+    add_threads(parser, "indexing and search threads")
     parser.add_argument("--encode-procs", type=positive_int, default=1,
                         help="encode each corpus with this many local processes (torchrun; one GPU each when "
                              "there are GPUs); the vectors are those of one process")

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="encoded queries.jsonl ({id, vector}); with a prebuilt index, default its topics")
     parser.add_argument("--output", required=True, type=Path, help="TREC run file to write (replaced when complete)")
     add_k(parser)
-    add_threads(parser, "search threads (results do not depend on it)")
+    add_threads(parser, "search threads")
     parser.add_argument("--keep-query-id", action="store_true", help="keep hits whose docid equals the query id")
     args = parser.parse_args(argv)
     if args.vectors is not None and args.engine != "pisa":
