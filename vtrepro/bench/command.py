@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 
 from vtrepro.core.cli import (
+    DEFAULT_THREADS,
     add_data_dir,
     add_device,
     add_limit,
@@ -73,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_path(scale, "--queries", "input file", required=True, help="encoded queries.jsonl searched at every size")
     scale.add_argument("--sizes", type=_sizes, default=[10_000, 100_000],
                        help=f"comma-separated collection sizes, each 1 to {MAX_SCALE_DOCUMENTS:,} (default 10000,100000)")
+    scale.add_argument("--build-threads", type=_thread_counts, default=_powers_of_two(DEFAULT_THREADS),
+                       help="comma-separated thread counts of the Lucene builds, 1 always among them (the baseline of "
+                            f"speed-up and runs; default 1, 2, 4, ... up to all {DEFAULT_THREADS} cores this process may use)")
     add_output_folder(scale, "folder for scale.json and the work folders, removed after each size", required=False,
                       default=Path("runs/bench-scale"), rule="its scale.json is replaced")
     commands.add_parser("transfer", help="topology transfer of a 50k-token source onto a 30k-token target: "
@@ -102,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         from vtrepro.bench.scale import bench_scale
 
         check_output(args.output, [args.vectors, EncodedFolder(args.vectors).collection, args.queries], kind="folder")
-        return bench_scale(args.vectors, args.queries, args.sizes, args.output)
+        return bench_scale(args.vectors, args.queries, args.sizes, args.output, args.build_threads)
     if args.command == "transfer":
         from vtrepro.bench.transfer import run_transfer_bench
 
@@ -141,6 +145,25 @@ def _sizes(text: str) -> list[int]:
     if not sizes or not all(1 <= size <= MAX_SCALE_DOCUMENTS for size in sizes):
         raise argparse.ArgumentTypeError(f"{text!r}: each size must be 1 to {MAX_SCALE_DOCUMENTS:,}")
     return sizes
+
+
+MAX_BUILD_THREADS = 1024
+
+
+def _thread_counts(text: str) -> list[int]:
+    """``--build-threads``: comma-separated thread counts, each within 1 to :data:`MAX_BUILD_THREADS`."""
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated whole numbers, e.g. 1,2,4") from None
+    if not all(1 <= count <= MAX_BUILD_THREADS for count in counts):
+        raise argparse.ArgumentTypeError(f"{text!r}: each thread count must be 1 to {MAX_BUILD_THREADS}")
+    return counts
+
+
+def _powers_of_two(cores: int) -> list[int]:
+    """1, 2, 4, ... below ``cores``, then ``cores``."""
+    return [2**power for power in range(cores.bit_length()) if 2**power < cores] + [cores]
 
 
 def _default_model(model: str | None) -> str:

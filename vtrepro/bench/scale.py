@@ -4,11 +4,12 @@ No corpus of that size is encoded here (encoding is measured by ``bench encode``
 synthetic, drawn from statistics fitted to a real encoding (:func:`fit_statistics`): the number of terms per
 document, each term's document frequency and the impact values, all as observed (splade-tiny's SciFact
 vectors by default). Each size then runs, each stage in a fresh process so that its peak memory is its own:
-writing the vectors, one pass fingerprinting them and taking statistics, the Lucene and the PISA index builds,
-search with both engines at ``k`` 10 and 1000 (one thread, the real queries of the fitted encoding; the runs must
-be identical) and evaluation against synthetic judgments. Printed and written as JSON: seconds, peak RSS, size on disk,
-queries/s and latency per stage and size, and each stage's growth exponent (the slope of log seconds over
-log documents; 1 is linear).
+writing the vectors, one pass fingerprinting them and taking statistics, the Lucene index build with each of the
+``build_threads`` (its rate per thread, speed-up and scaling efficiency against one thread) and the PISA build,
+search with both engines at ``k`` 10 and 1000 (one thread, the real queries of the fitted encoding; PISA's runs must
+be Lucene's, and each many-thread Lucene index's runs the one-thread index's, byte for byte) and evaluation against
+synthetic judgments. Printed and written as JSON: seconds, CPU seconds, peak RSS, size on disk, queries/s and latency
+per stage and size, and each stage's growth exponent (the slope of log seconds over log documents; 1 is linear).
 """
 from __future__ import annotations
 
@@ -29,10 +30,12 @@ from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
 from vtrepro.core.io import atomic_write
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import read_query_vectors, read_vectors, vector_files
+from vtrepro.encode.shards import ShardOptions
 from vtrepro.search.runs import ENGINES
 
-SHARD_DOCUMENTS = 100_000
-"""Documents per synthetic vector file (as ``encode`` writes shards)."""
+SHARD_DOCUMENTS = ShardOptions.shard_size
+"""Documents per synthetic vector file, as ``encode`` writes shards by default: Anserini's indexing threads take
+a file each, so this is what they share at every size."""
 BLOCK_DOCUMENTS = 10_000
 """Documents drawn at once: bounds the generator's memory whatever the collection's size."""
 KS = (10, 1000)
@@ -146,6 +149,8 @@ class StageFigures:
     peak_rss_bytes: int
     size_bytes: int | None = None
     figures: dict[str, Any] | None = None
+    cpu_seconds: float | None = None
+    """User and system CPU time of the stage's process, all its threads: over ``seconds``, the cores it kept busy."""
 
 
 def _peak_rss_bytes() -> int:
@@ -159,8 +164,9 @@ def _folder_bytes(folder: Path) -> int:
 def _stage_child(connection, job: Callable[..., tuple[int | None, dict | None]], args: tuple) -> None:
     began = time.perf_counter()
     size, figures = job(*args)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     connection.send(json.dumps({"seconds": time.perf_counter() - began, "peak_rss_bytes": _peak_rss_bytes(),
-                                "size_bytes": size, "figures": figures}))
+                                "size_bytes": size, "figures": figures, "cpu_seconds": usage.ru_utime + usage.ru_stime}))
     connection.close()
 
 
@@ -193,11 +199,21 @@ def _scan_job(folder: Path) -> tuple[None, dict]:
                   "terms_per_document_mean": scan.sparsity.mean_terms}
 
 
-def _lucene_job(folder: Path, index: Path) -> tuple[int, dict]:
+def _lucene_job(folder: Path, index: Path, threads: int) -> tuple[int, dict]:
+    """Anserini's build alone with ``threads`` threads: the JVM started and the vectors fingerprinted first,
+    untimed (``bench scale`` measures fingerprinting as its own stage, and ``regress`` passes the fingerprint)."""
+    from vtrepro.core.java import start_jvm
+    from vtrepro.encode.fingerprint import fingerprint_folder
     from vtrepro.index.lucene import build_impact_index
 
-    stats = build_impact_index(folder, index, threads=1)
-    return _folder_bytes(index), {"unique_terms": stats.get("unique_terms"), "total_terms": stats.get("total_terms")}
+    start_jvm()
+    summary = fingerprint_folder(folder)
+    began = time.perf_counter()
+    stats = build_impact_index(folder, index, threads, expected=summary)
+    seconds = time.perf_counter() - began
+    return _folder_bytes(index), {"threads": threads, "build_seconds": seconds, "documents_per_s": summary.count / seconds,
+                                  "segments": len(list(index.glob("*.si"))), "unique_terms": stats.get("unique_terms"),
+                                  "total_terms": stats.get("total_terms")}
 
 
 def _pisa_job(folder: Path, index: Path) -> tuple[int, dict]:
@@ -232,25 +248,45 @@ def _evaluate_job(run_path: Path, documents: int) -> tuple[None, dict]:
 
 
 def measure_size(statistics: CollectionStatistics, documents: int, queries_path: Path, work: Path,
-                 record: Callable[[StageFigures], None]) -> None:
-    """Every stage at one size, in ``work``, each passed to ``record`` as it ends; each search at ``k`` by PISA
-    says whether its run is Lucene's."""
+                 record: Callable[[StageFigures], None], build_threads: list[int]) -> None:
+    """Every stage at one size, in ``work``, each passed to ``record`` as it ends: the Lucene build with each of
+    ``build_threads`` (1 first, the baseline of the others' speed-up and runs); each search at ``k`` by PISA
+    says whether its run is Lucene's, each search of a many-thread Lucene index whether its run is the
+    one-thread index's."""
     folder = work / "vectors"
     written = run_stage("write", documents, _write_job, statistics, documents, folder)
     written.size_bytes = _folder_bytes(folder)
     record(written)
     record(run_stage("fingerprint+statistics", documents, _scan_job, folder))
-    record(run_stage("index lucene", documents, _lucene_job, folder, work / "lucene"))
+    builds = {threads: run_stage(f"index lucene t={threads}", documents, _lucene_job, folder, work / f"lucene-{threads}",
+                                 threads) for threads in build_threads}
+    for build in builds.values():
+        build.figures = {**(build.figures or {}), **scaling(build.figures or {}, builds[1].figures or {})}
+        record(build)
     record(run_stage("index pisa", documents, _pisa_job, folder, work / "pisa"))
     for k in KS:
         runs = {engine: work / f"{engine}-{k}.trec" for engine in ENGINES}
-        searches = [run_stage(f"search {engine} k={k}", documents, _search_job, engine, work / engine, queries_path, k,
-                              runs[engine]) for engine in ENGINES]
+        indexes = {"lucene": work / "lucene-1", "pisa": work / "pisa"}
+        searches = [run_stage(f"search {engine} k={k}", documents, _search_job, engine, indexes[engine], queries_path,
+                              k, runs[engine]) for engine in ENGINES]
         identical = runs["lucene"].read_bytes() == runs["pisa"].read_bytes()
         searches[-1].figures = {**(searches[-1].figures or {}), "runs_identical": identical}
         for figure in searches:
             record(figure)
+        for threads in build_threads[1:]:
+            run = work / f"lucene-t{threads}-{k}.trec"
+            search = run_stage(f"search lucene k={k} t={threads}", documents, _search_job, "lucene",
+                               work / f"lucene-{threads}", queries_path, k, run)
+            search.figures = {**(search.figures or {}), "runs_identical": run.read_bytes() == runs["lucene"].read_bytes()}
+            record(search)
     record(run_stage("evaluate", documents, _evaluate_job, work / "lucene-1000.trec", documents))
+
+
+def scaling(build: dict, one_thread: dict) -> dict[str, float]:
+    """A build's rate per thread, speed-up over the one-thread build and scaling efficiency (speed-up / threads)."""
+    speed_up = one_thread["build_seconds"] / build["build_seconds"]
+    return {"documents_per_s_per_thread": build["documents_per_s"] / build["threads"], "speed_up": speed_up,
+            "efficiency": speed_up / build["threads"]}
 
 
 def growth_exponents(figures: list[StageFigures]) -> dict[str, float]:
@@ -265,26 +301,50 @@ def growth_exponents(figures: list[StageFigures]) -> dict[str, float]:
 
 
 def print_table(figures: list[StageFigures], exponents: dict[str, float]) -> None:
-    print(f"{'stage':22} {'documents':>10} {'seconds':>9} {'peak RSS MB':>11} {'size MB':>9} {'queries/s':>10} "
-          f"{'p50 ms':>7} {'p99 ms':>7}")
+    print(f"{'stage':26} {'documents':>10} {'seconds':>9} {'CPU s':>8} {'peak RSS MB':>11} {'size MB':>9} "
+          f"{'queries/s':>10} {'p50 ms':>7} {'p99 ms':>7}")
     for figure in figures:
         extra = figure.figures or {}
         size = f"{figure.size_bytes / 2**20:.0f}" if figure.size_bytes else "-"
+        cpu = f"{figure.cpu_seconds:.1f}" if figure.cpu_seconds is not None else "-"
         search = [f"{extra[key]:.1f}" if extra.get(key) is not None else "-"
                   for key in ("search_queries_per_s", "latency_p50_ms", "latency_p99_ms")]
-        print(f"{figure.stage:22} {figure.documents:>10} {figure.seconds:>9.1f} {figure.peak_rss_bytes / 2**20:>11.0f} "
-              f"{size:>9} {search[0]:>10} {search[1]:>7} {search[2]:>7}")
+        print(f"{figure.stage:26} {figure.documents:>10} {figure.seconds:>9.1f} {cpu:>8} "
+              f"{figure.peak_rss_bytes / 2**20:>11.0f} {size:>9} {search[0]:>10} {search[1]:>7} {search[2]:>7}")
     if exponents:
         print("growth exponents (seconds ~ documents^e): " + ", ".join(f"{stage} {value:.2f}"
                                                                        for stage, value in exponents.items()))
 
 
-def bench_scale(vectors_dir: Path, queries_path: Path, sizes: list[int], output: Path) -> int:
-    """Measure every size; write ``output``/scale.json and print the table. Exit 1 when runs differ."""
+def print_builds(figures: list[StageFigures]) -> None:
+    """The Lucene builds by threads: Anserini's seconds alone, documents/s (all and per thread), speed-up and
+    efficiency over one thread, peak RSS, and whether the index's runs at each k are the one-thread index's."""
+    print(f"{'documents':>10} {'threads':>7} {'build s':>8} {'docs/s':>8} {'docs/s/thread':>13} {'speed-up':>8} "
+          f"{'efficiency':>10} {'segments':>8} {'peak RSS MB':>11} " + " ".join(f"{f'runs k={k}':>11}" for k in KS))
+    for figure in figures:
+        if not figure.stage.startswith("index lucene"):
+            continue
+        build = figure.figures or {}
+        identical = []
+        for k in KS:
+            search = next((other for other in figures if other.documents == figure.documents
+                           and other.stage == f"search lucene k={k} t={build['threads']}"), None)
+            identical.append("reference" if build["threads"] == 1 else "-" if search is None else
+                             "identical" if (search.figures or {}).get("runs_identical") else "DIFFER")
+        print(f"{figure.documents:>10} {build['threads']:>7} {build['build_seconds']:>8.1f} {build['documents_per_s']:>8.0f} "
+              f"{build['documents_per_s_per_thread']:>13.0f} {build['speed_up']:>8.2f} {build['efficiency']:>10.2f} "
+              f"{build['segments']:>8} {figure.peak_rss_bytes / 2**20:>11.0f} " + " ".join(f"{text:>11}" for text in identical))
+
+
+def bench_scale(vectors_dir: Path, queries_path: Path, sizes: list[int], output: Path, build_threads: list[int]) -> int:
+    """Measure every size, the Lucene build with each of ``build_threads`` (1 is added: the baseline); write
+    ``output``/scale.json and print the tables. Exit 1 when runs differ."""
+    build_threads = sorted({1, *build_threads})
     print(machine_line())
     statistics = fit_statistics(vectors_dir)
     print(statistics.describe())
-    print(f"queries: {len(read_query_vectors(queries_path))} from {queries_path}, one thread, k {', '.join(map(str, KS))}")
+    print(f"queries: {len(read_query_vectors(queries_path))} from {queries_path}, one thread, k {', '.join(map(str, KS))}; "
+          f"Lucene builds with {', '.join(map(str, build_threads))} threads, vector files of {SHARD_DOCUMENTS:,} documents")
     figures: list[StageFigures] = []
     output.mkdir(parents=True, exist_ok=True)
 
@@ -296,15 +356,17 @@ def bench_scale(vectors_dir: Path, queries_path: Path, sizes: list[int], output:
         work = output / f"work-{documents}"
         shutil.rmtree(work, ignore_errors=True)
         try:
-            measure_size(statistics, documents, queries_path, work, record)
+            measure_size(statistics, documents, queries_path, work, record, build_threads)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     exponents = growth_exponents(figures)
     print_table(figures, exponents)
+    print_builds(figures)
     differing = [f"{figure.documents} documents, {figure.stage}" for figure in figures
                  if (figure.figures or {}).get("runs_identical") is False]
     print(f"runs: DIFFER ({'; '.join(differing)})" if differing else
-          "runs: Lucene's and PISA's identical at every size and k (same documents, scores and order)")
+          "runs: Lucene's and PISA's identical at every size and k (same documents, scores and order), and every "
+          "Lucene build's the one-thread build's")
     return EXIT_MISMATCH if differing else EXIT_OK
 
 

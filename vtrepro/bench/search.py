@@ -61,7 +61,7 @@ def _lucene_index(vectors_dir: Path, index_dir: Path, summary: VectorSetSummary)
         if (stats["documents"], stats["total_terms"]) == (summary.count, summary.total_impact):
             return None
     began = time.perf_counter()
-    build_impact_index(vectors_dir, index_dir, threads=1, expected=summary)
+    build_impact_index(vectors_dir, index_dir, expected=summary)
     return time.perf_counter() - began
 
 

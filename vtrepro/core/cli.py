@@ -13,6 +13,7 @@ import argparse
 import errno
 import functools
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
@@ -73,14 +74,24 @@ def add_text_source(parser: argparse.ArgumentParser, texts: str) -> None:
              help="corpus file: JSONL ('text' or 'contents', optional 'title') or id<TAB>text TSV")
 
 
-DEFAULT_THREADS = 1
+def _available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, as set by taskset, cgroups or a batch scheduler)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity outside Linux
+        return os.cpu_count() or 1
+
+
+DEFAULT_THREADS = _available_cores()
+"""Threads of every command's ``--threads`` and of every function that indexes or searches: all cores."""
 
 
 def add_threads(parser: argparse._ActionsContainer, what: str) -> None:
-    """``--threads N`` (default :data:`DEFAULT_THREADS` in every command): threads for ``what``. Search
-    results do not depend on it; indexing keeps document order, and so ties, only with one thread."""
+    """``--threads N`` (default :data:`DEFAULT_THREADS` in every command): threads for ``what``. No run
+    or figure depends on it (docs/pipeline.md, search and ties), only the time taken."""
     parser.add_argument("--threads", type=positive_int, default=DEFAULT_THREADS,
-                        help=f"{what} (default: %(default)s)")
+                        help=f"{what}; results do not depend on it (default: all %(default)s cores this process "
+                             "may use; 1 for one)")
 
 
 PATH_KINDS = ("input file", "input folder", "input path", "created file", "created folder", "root")

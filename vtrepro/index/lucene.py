@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from vtrepro.core.anserini import newer_lucene_fix
-from vtrepro.core.cli import add_output_folder, add_renamed, add_threads, add_vectors, cli_entry, command_parser
+from vtrepro.core.cli import DEFAULT_THREADS, add_output_folder, add_renamed, add_threads, add_vectors, cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import check_output, process_alive, write_jsonl
+from vtrepro.core.io import check_output, process_alive
 from vtrepro.core.java import describe_causes, java_class, java_errors, java_path, logged_java_errors, start_jvm
 from vtrepro.core.log import verbose
 from vtrepro.core.progress import Progress
@@ -209,15 +209,16 @@ def is_lucene_index(folder: str | Path) -> bool:
     return any(Path(folder).glob("segments_*"))
 
 
-def build_impact_index(vectors_dir: str | Path, index_dir: str | Path, threads: int = 1,
+def build_impact_index(vectors_dir: str | Path, index_dir: str | Path, threads: int = DEFAULT_THREADS,
                        expected: VectorSetSummary | None = None) -> dict[str, int]:
     """Impact index (``-impact -pretokenized``) of a JsonVectorCollection folder; returns its stats.
 
     Every record is checked first (:mod:`vtrepro.encode.reader`: what Anserini would silently change
     is refused) unless ``expected`` already summarizes the folder's checked vectors; only the
     vector files are given to Anserini (never hidden temporary files), and the index must hold
-    exactly their documents and impact total. One thread keeps Lucene's internal document order
-    equal to the collection's, so tied scores at the top-k boundary are resolved the same way on every run.
+    exactly their documents and impact total. Anserini's ``threads`` index one vector file each, so more
+    threads than files leave cores idle. Lucene's internal document order then depends on the threads, and
+    no run does (:func:`vtrepro.search.runs.search_until_complete`).
     """
     files = vector_files(vectors_dir)
     expected = expected or fingerprint_files(files)
@@ -231,15 +232,30 @@ def build_impact_index(vectors_dir: str | Path, index_dir: str | Path, threads: 
                             IndexInput(vectors_dir, expected.count, expected.total_impact))
 
 
-def build_bm25_index(documents: Iterable[tuple[str, str]], index_dir: str | Path, threads: int = 1) -> dict[str, int]:
+def build_bm25_index(documents: Iterable[tuple[str, str]], index_dir: str | Path,
+                     threads: int = DEFAULT_THREADS) -> dict[str, int]:
     """BM25 index (Anserini's default analyzer) of ``(doc_id, contents)`` pairs; returns its stats.
 
-    Documents without text are not indexed (Anserini skips them, as in Pyserini's BM25 indexes)."""
+    The documents go to Anserini in ``threads`` files, dealt in turn, one for each of its threads (it indexes
+    a file per thread). Documents without text are not indexed (Anserini skips them, as in Pyserini's BM25
+    indexes)."""
     with _work_folder(Path(index_dir)) as work:
-        count = write_jsonl(work / "input" / "docs.jsonl",
-                            ({"id": doc_id, "contents": contents} for doc_id, contents in documents))
+        count = _deal_documents(documents, work / "input", threads)
         return _run_indexer("JsonCollection", work / "input", Path(index_dir), work, threads, ["-storeRaw"],
                             IndexInput(f"{index_dir} (BM25 documents)", count, allow_empty=True))
+
+
+def _deal_documents(documents: Iterable[tuple[str, str]], folder: Path, parts: int) -> int:
+    """Write ``(doc_id, contents)`` pairs as JsonCollection records into ``parts`` files in ``folder``, one
+    document to each file in turn; returns how many were written."""
+    folder.mkdir()
+    count = 0
+    with contextlib.ExitStack() as stack:
+        files = [stack.enter_context(open(folder / f"docs-{part:04d}.jsonl", "w", encoding="utf-8"))
+                 for part in range(parts)]
+        for count, (doc_id, contents) in enumerate(documents, start=1):
+            files[count % parts].write(json.dumps({"id": doc_id, "contents": contents}, ensure_ascii=False) + "\n")
+    return count
 
 
 def check_index_folder(index_dir: str | Path) -> str:
@@ -349,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--engine", choices=ENGINES, default="lucene",
                         help="lucene: an Anserini impact index (default); pisa: a PISA index, kept when it already "
                              "holds these vectors")
-    add_threads(parser, "indexing threads (only 1 keeps the document order, and so tie order, fixed)")
+    add_threads(parser, "indexing threads")
     return parser
 
 

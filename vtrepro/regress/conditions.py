@@ -225,7 +225,7 @@ class ConditionRunner:
 
         documents = ((document.doc_id, document.contents) for document in dataset.corpus())
         began = time.perf_counter()
-        stats = build_bm25_index(documents, artifacts / "index", threads=1)
+        stats = build_bm25_index(documents, artifacts / "index", threads=self.threads)
         index_seconds, timing = time.perf_counter() - began, SearchTiming()
         run = search_bm25(artifacts / "index", queries, self.spec.k, self.threads,
                           k1=self.condition.bm25.k1, b=self.condition.bm25.b, timing=timing)
@@ -262,7 +262,7 @@ class ConditionRunner:
             query_vectors = read_query_vectors(encoded.queries)
         scan = scan_encoded(encoded, artifacts)  # the pass that checked them before any work, or encode's, reused
         began = time.perf_counter()
-        stats = build_impact_index(encoded.corpus, artifacts / "index", threads=1, expected=scan.fingerprint)
+        stats = build_impact_index(encoded.corpus, artifacts / "index", threads=self.threads, expected=scan.fingerprint)
         index_seconds, timing = time.perf_counter() - began, SearchTiming()
         run = search_impact(artifacts / "index", query_vectors, self.spec.k, self.threads, timing=timing)
         efficiency: Efficiency = measure(artifacts / "index", index_seconds, timing, encoded.corpus, scan.sparsity,

@@ -24,7 +24,7 @@ class RunContext:
 
     ``output`` is the root every artifact goes under (the run's folder is ``<output>/<spec name>``);
     ``model_dir`` and ``data_dir`` are where models and datasets are looked up (None: the defaults of
-    :mod:`vtrepro.model.loading` and :mod:`vtrepro.data.beir`); ``threads`` are the search threads and
+    :mod:`vtrepro.model.loading` and :mod:`vtrepro.data.beir`); ``threads`` are the indexing and search threads and
     ``encode_processes`` the local processes that encode a corpus. ``vectors`` and ``reference_vectors``
     are the vector sources given in place of encoding and to compare with; ``record`` writes the observed
     values into the spec, ``strict`` counts OKISH as FAIL, and ``trust_remote_code`` is the grant to run

@@ -205,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_path(parser, "--runs", "root", help="root of the runs: artifacts and reports go to <runs>/<spec>/ "
                                              "(default runs/, with --rehearse runs/rehearse/)")
     add_renamed(parser, "--output", "--runs")
-    add_threads(parser, "search threads (results do not depend on it; indexing always uses 1)")
+    add_threads(parser, "indexing and search threads")
     parser.add_argument("--encode-procs", type=positive_int, default=1,
                         help="encode each corpus with this many local processes (torchrun; one GPU each when "
                              "there are GPUs); the vectors are those of one process")

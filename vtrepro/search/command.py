@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
              help="encoded queries.jsonl ({id, vector}); with a prebuilt index, default its topics")
     add_output_file(parser, "TREC run file to write")
     SearchOptions.add_arguments(parser, ["k"])
-    add_threads(parser, "search threads (results do not depend on it)")
+    add_threads(parser, "search threads")
     SearchOptions.add_arguments(parser, ["keep_query_id"])
     return parser
 

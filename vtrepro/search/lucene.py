@@ -4,6 +4,13 @@
 vector; :func:`search_bm25` ranks by BM25 with Anserini's default analyzer. Anserini lowers tied scores
 by a few ulps to encode its docid tie-break, and that adjustment is undone here, since every impact
 score is an integer by construction; the order and cut are :func:`vtrepro.search.runs.top_hits`'.
+
+Runs do not depend on how the index was built (threads, segments, merged or not). Anserini (1.6, 1.7) sorts
+a Lucene 9 index's hits by score then the ``id`` field, so its top ``depth`` is already the top by score then
+document id; the search also goes deeper while the last hit ties the cut
+(:func:`vtrepro.search.runs.search_until_complete`), which makes impact runs exact whatever the engine's
+tie-break (Anserini breaks ties by Lucene's internal order on Lucene 8 indexes, where it also leaves BM25
+scores unadjusted, so the same completion makes those runs exact too).
 The ``search`` command (:mod:`vtrepro.search.command`) runs either this engine or PISA.
 """
 from __future__ import annotations
@@ -12,12 +19,15 @@ import time
 from pathlib import Path
 from typing import Mapping
 
+from vtrepro.core.cli import DEFAULT_THREADS
+from vtrepro.core.errors import VtreproError
 from vtrepro.core.java import java_class
 from vtrepro.core.progress import Progress
 from vtrepro.encode.reader import MAX_IMPACT
 from vtrepro.index.lucene import index_errors, verified_index
 from vtrepro.search.runs import (
     Bm25Options,
+    Hits,
     Run,
     SearchOptions,
     SearchTiming,
@@ -25,21 +35,28 @@ from vtrepro.search.runs import (
     check_exact_weights,
     check_query_weights,
     hits_per_query,
+    rank_hits,
+    search_until_complete,
     top_hits,
 )
 
 SEARCH_BATCH = 256
+TIE_ADJUSTMENT_LIMIT = 500_000
+"""Anserini lowers the i-th hit of a run of tied scores by i x 1e-6 (its tie-break, for trec_eval); an impact
+score rounds back to its integer while that is below 0.5, so an impact search returning more hits is refused."""
 
 
-def _collect(hits_by_qid, qids: list[str], k: int, remove_query_id: bool, integer_scores: bool) -> Run:
-    """Each query's Anserini hits as a run, impact scores rounded back to the integers they are."""
-    score_of = (lambda hit: float(round(hit.score))) if integer_scores else (lambda hit: float(hit.score))
-    if integer_scores:  # the top hit scores highest: below 2^24 it and every hit after it are exact
-        for qid in qids:
-            for hit in (hits_by_qid.get(qid) or [])[:1]:
-                check_exact_score(qid, hit.score)
-    return {qid: top_hits(qid, ((hit.docid, score_of(hit)) for hit in hits_by_qid.get(qid) or []), k, remove_query_id)
-            for qid in qids}
+def _ranked(hits, qid: str, integer_scores: bool) -> Hits:
+    """One query's Anserini hits by score then document id, impact scores rounded back to the integers they are."""
+    hits = list(hits or [])
+    if not integer_scores:
+        return rank_hits((hit.docid, float(hit.score)) for hit in hits)
+    if hits:  # the top hit scores highest: below 2^24 it and every hit after it are exact
+        check_exact_score(qid, hits[0].score)
+    if len(hits) >= TIE_ADJUSTMENT_LIMIT:
+        raise VtreproError(f"query '{qid}': {len(hits):,} hits tie at the cut, more than Lucene's scores can tell "
+                           f"apart ({TIE_ADJUSTMENT_LIMIT:,}); search this index with --engine pisa")
+    return rank_hits((hit.docid, float(round(hit.score))) for hit in hits)
 
 
 def _java_list(items) -> object:
@@ -49,8 +66,8 @@ def _java_list(items) -> object:
     return array_list
 
 
-def search_impact(index_dir: str | Path, queries: Mapping[str, Mapping[str, int]], k: int = SearchOptions.k, threads: int = 1,
-                  remove_query_id: bool = True, timing: SearchTiming | None = None) -> Run:
+def search_impact(index_dir: str | Path, queries: Mapping[str, Mapping[str, int]], k: int = SearchOptions.k,
+                  threads: int = DEFAULT_THREADS, remove_query_id: bool = True, timing: SearchTiming | None = None) -> Run:
     """Impact search: each document scores the integer dot product of its and the query's vector;
     ``timing``, when given, receives the search's wall time (per query with one thread)."""
     integer = java_class("java.lang.Integer")
@@ -80,7 +97,7 @@ def search_bm25(
     index_dir: str | Path,
     queries: Mapping[str, str],
     k: int = SearchOptions.k,
-    threads: int = 1,
+    threads: int = DEFAULT_THREADS,
     k1: float = Bm25Options.k1,
     b: float = Bm25Options.b,
     remove_query_id: bool = True,
@@ -99,29 +116,35 @@ def search_bm25(
 
 def _search_all(searcher, queries: list, qids: list[str], k: int, threads: int, remove_query_id: bool,
                 integer_scores: bool, timing: SearchTiming | None) -> Run:
-    """Every query's hits: one query per call with one thread (each call timed), else ``SEARCH_BATCH``
+    """Every query's hits: one query per call with one thread (each query timed), else ``SEARCH_BATCH``
     queries per call across the threads. A query's hits depend on neither (Anserini's batch search
-    runs the same single-query search)."""
+    runs the same single-query search), nor on the index's internal order (:func:`search_until_complete`)."""
     timing = timing if timing is not None else SearchTiming()
     timing.threads, timing.queries, timing.latencies = threads, len(qids), []
     run: Run = {}
-    k = hits_per_query(k, searcher.get_total_num_docs(), len(qids))
-    hits_wanted = k + int(remove_query_id)
+    documents = searcher.get_total_num_docs()
+    k = hits_per_query(k, documents, len(qids))
+    wanted = k + int(remove_query_id)
+
+    def search(positions: list[int], depth: int) -> list[Hits]:
+        if threads == 1:
+            return [_ranked(searcher.search(queries[position], depth), qids[position], integer_scores)
+                    for position in positions]
+        ids = [qids[position] for position in positions]
+        found = searcher.batch_search(_java_list([queries[position] for position in positions]), _java_list(ids),
+                                      depth, threads)
+        return [_ranked(found.get(qid), qid, integer_scores) for qid in ids]
+
     started = time.perf_counter()
     with Progress(len(qids), "search", "query") as progress:
-        if threads == 1:
-            for qid, query in zip(qids, queries):
-                began = time.perf_counter()
-                hits = searcher.search(query, hits_wanted)
+        step = 1 if threads == 1 else SEARCH_BATCH
+        for start in range(0, len(qids), step):
+            began = time.perf_counter()
+            batch = list(range(start, min(start + step, len(qids))))
+            found = search_until_complete(search, batch, wanted, documents, progress.update)
+            if threads == 1:
                 timing.latencies.append(time.perf_counter() - began)
-                run.update(_collect({qid: hits}, [qid], k, remove_query_id, integer_scores))
-                progress.update()
-        else:
-            for start in range(0, len(qids), SEARCH_BATCH):
-                batch_ids = qids[start : start + SEARCH_BATCH]
-                batch = searcher.batch_search(_java_list(queries[start : start + SEARCH_BATCH]), _java_list(batch_ids),
-                                              hits_wanted, threads)
-                run.update(_collect(batch, batch_ids, k, remove_query_id, integer_scores))
-                progress.update(len(batch_ids))
+            run.update((qids[position], top_hits(qids[position], hits, k, remove_query_id, ranked=True))
+                       for position, hits in zip(batch, found))
     timing.seconds = time.perf_counter() - started
     return run

@@ -29,6 +29,7 @@ from typing import Mapping
 
 import numpy as np
 
+from vtrepro.core.cli import DEFAULT_THREADS
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.progress import Progress
 from vtrepro.index.pisa import META_NAME, pisa_bindings, pisa_context, pisa_term, read_pisa_meta
@@ -39,6 +40,7 @@ from vtrepro.search.runs import (
     check_exact_weights,
     check_query_weights,
     hits_per_query,
+    search_until_complete,
     top_hits,
 )
 
@@ -52,7 +54,6 @@ ALGORITHM = "ranked_or_taat"
 THREADED_ALGORITHM = "maxscore"
 """PISA's query algorithm with several threads: the bindings share one ``ranked_or_taat`` accumulator among
 their threads, which then add into each other's scores (measured: 287 of 300 scifact runs wrong at k=1000)."""
-"""float32 holds every integer below this exactly, and so every partial sum of a score below it."""
 
 
 def _checked_pisa_index(index_dir: str | Path) -> dict:
@@ -115,25 +116,14 @@ def _by_score_then_id(documents: list[str], scores: np.ndarray) -> list[tuple[st
     return list(zip(documents, scores.tolist()))
 
 
-def _complete(hits: list[tuple[str, float]], depth: int, wanted: int) -> bool:
-    """Whether ``hits`` (PISA's top ``depth``) hold every document scoring at least the ``wanted``-th score.
-
-    PISA's top-k is exact in scores but keeps an arbitrary part of the documents tied at its last
-    score. When that last score is below the ``wanted``-th (or fewer than ``depth`` documents match),
-    every document scoring at least the ``wanted``-th is among the hits, so ordering them by score then
-    document id and cutting at ``wanted`` gives Lucene's top ``k`` exactly; otherwise search deeper.
-    """
-    return len(hits) < depth or hits[wanted - 1][1] > hits[-1][1]
-
-
 def _search_setup(index_dir: str | Path, queries: Mapping[str, Mapping[str, int]],
-                  k: int) -> tuple[object, list[dict[str, float]], int]:
+                  k: int) -> tuple[object, list[dict[str, float]], int, int]:
     """What every search of ``index_dir`` starts from: PISA's retrieval context, the queries as the bindings
-    take them (checked), and ``k`` cut to the index's documents."""
+    take them (checked), ``k`` cut to the index's documents, and their number."""
     meta = _checked_pisa_index(index_dir)
     k = hits_per_query(k, meta["documents"], len(queries))
     converted = _pisa_queries(queries, meta["max_impact"])
-    return pisa_context(Path(index_dir)), converted, k
+    return pisa_context(Path(index_dir)), converted, k, meta["documents"]
 
 
 def bindings_seconds_per_query(index_dir: str | Path, queries: Mapping[str, Mapping[str, int]], k: int) -> float:
@@ -141,7 +131,7 @@ def bindings_seconds_per_query(index_dir: str | Path, queries: Mapping[str, Mapp
     every query at the first depth :func:`search_pisa` asks for (one thread, best of two), without any Python
     per query. Includes what the bindings do in C++: reading each query's terms, the search, PISA's sort of
     its hits and their document ids as Python strings."""
-    context, converted, k = _search_setup(index_dir, queries, k)
+    context, converted, k, _ = _search_setup(index_dir, queries, k)
     depth = k + 2
     best = float("inf")
     for _ in range(2):
@@ -151,36 +141,31 @@ def bindings_seconds_per_query(index_dir: str | Path, queries: Mapping[str, Mapp
     return best / max(len(converted), 1)
 
 
-def search_pisa(index_dir: str | Path, queries: Mapping[str, Mapping[str, int]], k: int = SearchOptions.k, threads: int = 1,
-                remove_query_id: bool = True, timing: SearchTiming | None = None) -> Run:
+def search_pisa(index_dir: str | Path, queries: Mapping[str, Mapping[str, int]], k: int = SearchOptions.k,
+                threads: int = DEFAULT_THREADS, remove_query_id: bool = True, timing: SearchTiming | None = None) -> Run:
     """Impact search with PISA: the run :func:`vtrepro.search.lucene.search_impact` gives for the same
     vectors; ``timing`` as there (per query with one thread; all queries in one call with more)."""
     qids = list(queries)
-    context, converted, k = _search_setup(index_dir, queries, k)
+    context, converted, k, documents = _search_setup(index_dir, queries, k)
     wanted = k + int(remove_query_id)
     timing = timing if timing is not None else SearchTiming()
     timing.threads, timing.queries, timing.latencies = threads, len(qids), []
-    found: dict[int, list[tuple[str, float]]] = {}
     run: Run = {}
+
+    def search(positions: list[int], depth: int) -> list[list[tuple[str, float]]]:
+        return _retrieve(context, [converted[position] for position in positions], depth, threads)
+
     started = time.perf_counter()
     with Progress(len(qids), "search (PISA)", "query") as progress:
         if threads == 1:  # each query timed to its run, as Lucene's
-            for qid, query in zip(qids, converted):
-                began, depth = time.perf_counter(), wanted + 1
-                while not _complete(hits := _retrieve(context, [query], depth, 1)[0], depth, wanted):
-                    depth *= 2
+            for position, qid in enumerate(qids):
+                began = time.perf_counter()
+                hits = search_until_complete(search, [position], wanted, documents)[0]
                 run[qid] = top_hits(qid, hits, k, remove_query_id, ranked=True)
                 timing.latencies.append(time.perf_counter() - began)
                 progress.update()
         else:
-            pending, depth = list(range(len(qids))), wanted + 1
-            while pending:
-                batch = _retrieve(context, [converted[position] for position in pending], depth, threads)
-                found.update(zip(pending, batch))
-                progress.update(sum(_complete(hits, depth, wanted) for hits in batch))
-                pending = [position for position, hits in zip(pending, batch) if not _complete(hits, depth, wanted)]
-                depth *= 2
-            run.update((qid, top_hits(qid, found[position], k, remove_query_id, ranked=True))
-                       for position, qid in enumerate(qids))
+            found = search_until_complete(search, list(range(len(qids))), wanted, documents, progress.update)
+            run.update((qid, top_hits(qid, hits, k, remove_query_id, ranked=True)) for qid, hits in zip(qids, found))
     timing.seconds = time.perf_counter() - started
     return run

@@ -4,6 +4,11 @@ Both engines (:mod:`vtrepro.search.lucene`, :mod:`vtrepro.search.pisa`) return t
 same vectors: hits ordered by score, ties by document id, a query's own id removed (the BEIR convention),
 the top ``k`` kept (:func:`top_hits`). Evaluation, training and the regressions read and write runs through
 this module, so none of them depends on an engine.
+
+Neither does a run depend on how the index was built (threads, segments, merged or not): an engine's top
+``depth`` is exact in scores but may keep any part of the documents tied at its last score, in the index's
+internal order; :func:`search_until_complete` searches deeper until the tie at the cut is whole, so the cut
+by score then document id sees every document it could keep.
 """
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 from vtrepro.core.cli import DEFAULT_THREADS
 from vtrepro.core.errors import VtreproError
@@ -135,16 +140,57 @@ def check_query_weights(qid: str, vector: Mapping[str, object], lowest: int, req
             raise VtreproError(f"query '{qid}' has weight {weight!r} for '{term}': {requirement}")
 
 
+Hits = list[tuple[str, float]]
+"""One query's ``(docid, score)`` hits."""
+
+
+def rank_hits(hits: Iterable[tuple[str, float]]) -> Hits:
+    """``hits`` by score, ties by document id (ascending string order, Anserini's and trec_eval's)."""
+    ordered = list(hits)
+    ordered.sort(key=itemgetter(0))  # two stable sorts, by document id then by score: no key tuple per hit
+    ordered.sort(key=itemgetter(1), reverse=True)
+    return ordered
+
+
+def holds_cut(hits: Sequence[tuple[str, float]], depth: int, wanted: int) -> bool:
+    """Whether an engine's top ``depth`` hits (:func:`rank_hits`) hold every document scoring at least the
+    ``wanted``-th score, so that no index order can change the top ``wanted`` by score then document id.
+
+    An engine's top ``depth`` is exact in scores: a document it left out scores at most its last hit's. So
+    when the ``wanted``-th score is above the last hit's, every document scoring at least the ``wanted``-th is
+    in, and when fewer than ``depth`` documents came back, every matching document is in. Otherwise the tie
+    at the last hit may go on past it, in an order the index decides (threads, segments), and a deeper search
+    is needed. Exact because equal scores are equal numbers: impact scores are integers below
+    :data:`EXACT_SCORE_LIMIT`, and a document's BM25 score does not depend on the index's layout."""
+    return len(hits) < depth or hits[wanted - 1][1] > hits[-1][1]
+
+
+def search_until_complete(search: Callable[[list[int], int], list[Hits]], queries: list[int], wanted: int,
+                          documents: int, done: Callable[[int], object] | None = None) -> list[Hits]:
+    """The hits (:func:`rank_hits`) of the queries at positions ``queries``, each deep enough to hold every
+    document scoring at least its ``wanted``-th score (:func:`holds_cut`). ``search(positions, depth)``
+    returns the ranked top ``depth`` of the queries at ``positions``; it is called with one hit more than
+    ``wanted``, then, for the queries whose tie at the last hit may go on, twice as deep (at most ``documents``
+    + 1 hits: then every match is in). ``done(n)`` hears of the queries completed after each call."""
+    found: dict[int, Hits] = {}
+    pending, depth = list(queries), min(wanted + 1, documents + 1)
+    while pending:
+        found.update(zip(pending, search(pending, depth)))
+        unfinished = [position for position in pending if not holds_cut(found[position], depth, wanted)]
+        if done is not None:
+            done(len(pending) - len(unfinished))
+        pending, depth = unfinished, min(2 * depth, documents + 1)
+    return [found[position] for position in queries]
+
+
 def top_hits(qid: str, hits: Iterable[tuple[str, float]], k: int, remove_query_id: bool,
              ranked: bool = False) -> dict[str, float]:
     """The top ``k`` of an engine's ``(docid, score)`` hits for query ``qid``: by score, ties by document id,
-    the query's own id left out when ``remove_query_id``. Engines return a few more hits than ``k`` (room
-    for the query's own id, and every document tied at the cut), so this cut decides the run. ``ranked``:
-    the hits are in that order already (the engine ordered them so), and are only cut."""
-    kept = [hit for hit in hits if hit[0] != qid] if remove_query_id else list(hits)
-    if not ranked:
-        kept.sort(key=itemgetter(0))  # two stable sorts, by document id then by score: no key tuple per hit
-        kept.sort(key=itemgetter(1), reverse=True)
+    the query's own id left out when ``remove_query_id``. Engines return more hits than ``k`` (room for the
+    query's own id, and every document tied at the cut: :func:`search_until_complete`), so this cut decides
+    the run. ``ranked``: the hits are :func:`rank_hits` already, and are only cut."""
+    ordered = list(hits) if ranked else rank_hits(hits)
+    kept = [hit for hit in ordered if hit[0] != qid] if remove_query_id else ordered
     return dict(kept[:k])
 
 

@@ -78,15 +78,37 @@ def test_every_stage_at_two_sizes_with_identical_runs(tmp_path, capsys):
     queries.write_text("".join(json.dumps({"id": f"q{number}", "vector": {TERMS[number]: 3, TERMS[number + 5]: 1}}) + "\n"
                                for number in range(8)))
     output = tmp_path / "scale"
-    assert bench(["scale", "--vectors", str(source), "--queries", str(queries), "--sizes", "200,400",
-                  "--output", str(output)]) == 0
+    assert bench(["scale", "--vectors", str(source), "--queries", str(queries), "--sizes", "200,4500",
+                  "--build-threads", "2", "--output", str(output)]) == 0
     results = json.loads((output / "scale.json").read_text())
-    stages = {(stage["stage"], stage["documents"]) for stage in results["stages"]}
-    assert {("index pisa", 400), ("search lucene k=1000", 200), ("evaluate", 400), ("write", 200)} <= stages
-    assert all(stage["figures"]["runs_identical"] for stage in results["stages"] if stage["stage"].startswith("search pisa"))
-    assert set(results["growth_exponents"]) >= {"write", "index lucene", "search pisa k=10"}
+    stages = {(stage["stage"], stage["documents"]): stage for stage in results["stages"]}
+    assert {("index pisa", 4500), ("search lucene k=1000", 200), ("evaluate", 4500), ("write", 200),
+            ("index lucene t=1", 200), ("index lucene t=2", 4500), ("search lucene k=10 t=2", 4500)} <= set(stages)
+    assert all(stage["figures"]["runs_identical"] for stage in results["stages"]
+               if stage["stage"].startswith(("search pisa", "search lucene k=10 t=2", "search lucene k=1000 t=2")))
+    two_threads = stages[("index lucene t=2", 4500)]["figures"]  # 3 vector files of 2,000: both threads have work
+    assert two_threads["speed_up"] == pytest.approx(stages[("index lucene t=1", 4500)]["figures"]["build_seconds"]
+                                                    / two_threads["build_seconds"])
+    assert two_threads["efficiency"] == pytest.approx(two_threads["speed_up"] / 2) and two_threads["segments"] >= 1
+    assert all(stage["cpu_seconds"] > 0 for stage in results["stages"])
+    assert set(results["growth_exponents"]) >= {"write", "index lucene t=1", "search pisa k=10"}
     assert not list(output.glob("work-*"))  # work folders removed
-    assert "identical at every size" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "identical at every size" in out and "docs/s/thread" in out
+
+
+def test_build_threads_default_to_powers_of_two_up_to_every_core():
+    from vtrepro.bench.command import _powers_of_two
+
+    assert [_powers_of_two(cores) for cores in (1, 2, 3, 16, 24)] == [[1], [1, 2], [1, 2, 3], [1, 2, 4, 8, 16],
+                                                                     [1, 2, 4, 8, 16, 24]]
+
+
+@pytest.mark.parametrize("threads", ["0", "1,x", "2000"])
+def test_build_threads_out_of_bounds_are_refused_before_work(tmp_path, capsys, threads):
+    with pytest.raises(SystemExit) as exit_info:
+        bench(["scale", "--vectors", str(tmp_path), "--queries", str(tmp_path / "q.jsonl"), "--build-threads", threads])
+    assert exit_info.value.code == 2 and "--build-threads" in capsys.readouterr().err
 
 
 def test_fitting_holds_the_distinct_impacts_not_a_histogram_up_to_the_largest(tmp_path):
