@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument("--sizes", type=_sizes, default=[10_000, 100_000],
                        help=f"comma-separated collection sizes, each 1 to {MAX_SCALE_DOCUMENTS:,} (default 10000,100000)")
     scale.add_argument("--build-threads", type=_thread_counts, default=_powers_of_two(DEFAULT_THREADS),
-                       help="comma-separated thread counts of the Lucene builds, 1 always among them (the baseline of "
+                       help="comma-separated thread counts of the Lucene and PISA builds, 1 always among them (the baseline of "
                             f"speed-up and runs; default 1, 2, 4, ... up to all {DEFAULT_THREADS} cores this process may use)")
     add_output_folder(scale, "folder for scale.json and the work folders, removed after each size", required=False,
                       default=Path("runs/bench-scale"), rule="its scale.json is replaced")

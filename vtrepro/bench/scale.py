@@ -216,11 +216,24 @@ def _lucene_job(folder: Path, index: Path, threads: int) -> tuple[int, dict]:
                                   "total_terms": stats.get("total_terms")}
 
 
-def _pisa_job(folder: Path, index: Path) -> tuple[int, dict]:
+def _pisa_job(folder: Path, index: Path, threads: int) -> tuple[int, dict]:
+    """vtrepro's PISA build alone with ``threads`` processes reading the vectors, fingerprinted first, untimed."""
+    from vtrepro.encode.fingerprint import fingerprint_folder
     from vtrepro.index.pisa import build_pisa_index
 
-    meta = build_pisa_index(folder, index)
-    return _folder_bytes(index), {"unique_terms": meta["unique_terms"], "total_terms": meta["total_terms"]}
+    summary = fingerprint_folder(folder)
+    began = time.perf_counter()
+    meta = build_pisa_index(folder, index, expected=summary, threads=threads)
+    seconds = time.perf_counter() - began
+    return _folder_bytes(index), {"threads": threads, "build_seconds": seconds, "documents_per_s": summary.count / seconds,
+                                  "unique_terms": meta["unique_terms"], "total_terms": meta["total_terms"]}
+
+
+def same_files(folder: Path, other: Path) -> bool:
+    """Whether two folders hold the same file names with the same bytes."""
+    names = sorted(path.name for path in folder.iterdir())
+    return names == sorted(path.name for path in other.iterdir()) and all(
+        (folder / name).read_bytes() == (other / name).read_bytes() for name in names)
 
 
 def _search_job(engine: str, index: Path, queries_path: Path, k: int, run_path: Path) -> tuple[None, dict]:
@@ -263,10 +276,15 @@ def measure_size(statistics: CollectionStatistics, documents: int, queries_path:
     for build in builds.values():
         build.figures = {**(build.figures or {}), **scaling(build.figures or {}, builds[1].figures or {})}
         record(build)
-    record(run_stage("index pisa", documents, _pisa_job, folder, work / "pisa"))
+    pisa_builds = {threads: run_stage(f"index pisa t={threads}", documents, _pisa_job, folder, work / f"pisa-{threads}",
+                                      threads) for threads in build_threads}
+    for threads, build in pisa_builds.items():
+        build.figures = {**(build.figures or {}), **scaling(build.figures or {}, pisa_builds[1].figures or {}),
+                         **({"index_identical": same_files(work / f"pisa-{threads}", work / "pisa-1")} if threads > 1 else {})}
+        record(build)
     for k in KS:
         runs = {engine: work / f"{engine}-{k}.trec" for engine in ENGINES}
-        indexes = {"lucene": work / "lucene-1", "pisa": work / "pisa"}
+        indexes = {"lucene": work / "lucene-1", "pisa": work / "pisa-1"}
         searches = [run_stage(f"search {engine} k={k}", documents, _search_job, engine, indexes[engine], queries_path,
                               k, runs[engine]) for engine in ENGINES]
         identical = runs["lucene"].read_bytes() == runs["pisa"].read_bytes()
@@ -317,23 +335,28 @@ def print_table(figures: list[StageFigures], exponents: dict[str, float]) -> Non
 
 
 def print_builds(figures: list[StageFigures]) -> None:
-    """The Lucene builds by threads: Anserini's seconds alone, documents/s (all and per thread), speed-up and
-    efficiency over one thread, peak RSS, and whether the index's runs at each k are the one-thread index's."""
-    print(f"{'documents':>10} {'threads':>7} {'build s':>8} {'docs/s':>8} {'docs/s/thread':>13} {'speed-up':>8} "
-          f"{'efficiency':>10} {'segments':>8} {'peak RSS MB':>11} " + " ".join(f"{f'runs k={k}':>11}" for k in KS))
+    """The Lucene and PISA builds by threads: the build's seconds alone, documents/s (all and per thread),
+    speed-up and efficiency over one thread, peak RSS, and whether the index's runs at each k are the
+    one-thread index's (Lucene; PISA: whether its index files are the one-thread build's, byte for byte)."""
+    print(f"{'engine':>6} {'documents':>10} {'threads':>7} {'build s':>8} {'docs/s':>8} {'docs/s/thread':>13} "
+          f"{'speed-up':>8} {'efficiency':>10} {'segments':>8} {'peak RSS MB':>11} "
+          + " ".join(f"{f'runs k={k}':>11}" for k in KS))
     for figure in figures:
-        if not figure.stage.startswith("index lucene"):
+        if not figure.stage.startswith("index "):
             continue
-        build = figure.figures or {}
+        engine, build = figure.stage.split()[1], figure.figures or {}
         identical = []
         for k in KS:
             search = next((other for other in figures if other.documents == figure.documents
                            and other.stage == f"search lucene k={k} t={build['threads']}"), None)
-            identical.append("reference" if build["threads"] == 1 else "-" if search is None else
-                             "identical" if (search.figures or {}).get("runs_identical") else "DIFFER")
-        print(f"{figure.documents:>10} {build['threads']:>7} {build['build_seconds']:>8.1f} {build['documents_per_s']:>8.0f} "
-              f"{build['documents_per_s_per_thread']:>13.0f} {build['speed_up']:>8.2f} {build['efficiency']:>10.2f} "
-              f"{build['segments']:>8} {figure.peak_rss_bytes / 2**20:>11.0f} " + " ".join(f"{text:>11}" for text in identical))
+            same = (search.figures or {}).get("runs_identical") if engine == "lucene" and search else \
+                build.get("index_identical")
+            identical.append("reference" if build["threads"] == 1 else "-" if same is None else
+                             "identical" if same else "DIFFER")
+        print(f"{engine:>6} {figure.documents:>10} {build['threads']:>7} {build['build_seconds']:>8.1f} "
+              f"{build['documents_per_s']:>8.0f} {build['documents_per_s_per_thread']:>13.0f} {build['speed_up']:>8.2f} "
+              f"{build['efficiency']:>10.2f} {build.get('segments', '-'):>8} {figure.peak_rss_bytes / 2**20:>11.0f} "
+              + " ".join(f"{text:>11}" for text in identical))
 
 
 def bench_scale(vectors_dir: Path, queries_path: Path, sizes: list[int], output: Path, build_threads: list[int]) -> int:
@@ -363,10 +386,10 @@ def bench_scale(vectors_dir: Path, queries_path: Path, sizes: list[int], output:
     print_table(figures, exponents)
     print_builds(figures)
     differing = [f"{figure.documents} documents, {figure.stage}" for figure in figures
-                 if (figure.figures or {}).get("runs_identical") is False]
+                 if False in ((figure.figures or {}).get("runs_identical"), (figure.figures or {}).get("index_identical"))]
     print(f"runs: DIFFER ({'; '.join(differing)})" if differing else
           "runs: Lucene's and PISA's identical at every size and k (same documents, scores and order), and every "
-          "Lucene build's the one-thread build's")
+          "Lucene build's runs and every PISA build's index files the one-thread build's")
     return EXIT_MISMATCH if differing else EXIT_OK
 
 

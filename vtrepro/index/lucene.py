@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         from vtrepro.index.pisa import ensure_pisa_index
 
         check_output(args.output, [encoded.collection], kind="folder")
-        meta, seconds = ensure_pisa_index(encoded.collection, args.output)
+        meta, seconds = ensure_pisa_index(encoded.collection, args.output, args.threads)
         print(json.dumps({**meta, "built_seconds": seconds}))
         return 0
     check_index_target(args.output)

@@ -18,11 +18,14 @@ import sys
 import tempfile
 import time
 from array import array
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from vtrepro.core.cli import DEFAULT_THREADS
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import process_alive, write_json
 from vtrepro.core.log import verbose
@@ -57,11 +60,12 @@ def read_pisa_meta(index_dir: str | Path) -> dict | None:
     return meta if isinstance(meta, dict) and meta.get("format") == META_FORMAT else None
 
 
-def build_pisa_index(vectors_dir: str | Path, index_dir: str | Path,
-                     expected: VectorSetSummary | None = None) -> dict:
+def build_pisa_index(vectors_dir: str | Path, index_dir: str | Path, expected: VectorSetSummary | None = None,
+                     threads: int = DEFAULT_THREADS) -> dict:
     """PISA index of a JsonVectorCollection folder (checked as for Lucene unless ``expected`` summarizes
     it already), built beside ``index_dir`` (where killed builds' leftovers are removed first) and moved
-    into place when complete; returns its metadata."""
+    into place when complete; returns its metadata. ``threads`` processes read the vector files (at most
+    one per file); the index files are byte-identical whatever their number."""
     index_dir = Path(index_dir)
     if index_dir.is_file() or (index_dir.is_dir() and any(index_dir.iterdir()) and read_pisa_meta(index_dir) is None):
         raise VtreproError(f"{index_dir}: exists and is not a PISA index; refusing to replace it: remove it or "
@@ -75,7 +79,7 @@ def build_pisa_index(vectors_dir: str | Path, index_dir: str | Path,
     staging = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.{os.getpid()}.", suffix=".tmp", dir=index_dir.parent))
     aside = staging.with_suffix(".old")
     try:
-        meta = _write_index(files, staging, expected)
+        meta = _write_index(files, staging, expected, threads)
         if index_dir.exists():
             index_dir.rename(aside)
         staging.rename(index_dir)
@@ -110,40 +114,134 @@ def _remove_dead_builds(index_dir: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def ensure_pisa_index(vectors_dir: str | Path, index_dir: str | Path) -> tuple[dict, float | None]:
+def ensure_pisa_index(vectors_dir: str | Path, index_dir: str | Path,
+                      threads: int = DEFAULT_THREADS) -> tuple[dict, float | None]:
     """The PISA index of ``vectors_dir`` at ``index_dir``, kept when it holds exactly these vectors (same
-    fingerprint) and built otherwise: (its metadata, build seconds or None when kept)."""
+    fingerprint) and built otherwise with ``threads``: (its metadata, build seconds or None when kept)."""
     summary = fingerprint_files(vector_files(vectors_dir))
     meta = read_pisa_meta(index_dir)
     if meta is not None and meta["vectors_sha256"] == summary.sha256:
         return meta, None
     began = time.perf_counter()
-    meta = build_pisa_index(vectors_dir, index_dir, expected=summary)
+    meta = build_pisa_index(vectors_dir, index_dir, expected=summary, threads=threads)
     return meta, time.perf_counter() - began
 
 
-def _write_index(files: list[Path], folder: Path, expected: VectorSetSummary) -> dict:
+def _write_index(files: list[Path], folder: Path, expected: VectorSetSummary, threads: int) -> dict:
     """PISA's binary collection (``inv.docs``, ``inv.freqs``, ``inv.sizes``: uint32 sequences, each list
     led by its length) and lexicons, then its compressed index and score bounds.
 
     Two passes over the vectors, so memory holds the vocabulary and a count per document, never the
     postings: the first counts each term's documents (and writes the document lexicon), the second writes
-    every posting straight to its place in memory-mapped output files, documents in collection order."""
-    terms = _count_terms(files, folder / "fwd.documents", expected.count)
-    tokens = sorted(terms.ids)  # PISA's lexicon is searched by bisection
-    rank = np.empty(len(tokens), dtype=np.int64)
-    rank[[terms.ids[token] for token in tokens]] = np.arange(len(tokens))
-    counts = np.asarray(terms.counts, dtype=np.int64)[np.argsort(rank)]  # by rank
+    every posting straight to its place in memory-mapped output files, documents in collection order.
+    Both passes split the files into contiguous parts read by one process each; the parts' counts are
+    merged in collection order (each part's postings of a term placed after the earlier parts'), so every
+    file is byte for byte the one a single process writes."""
+    parts = split_files(files, threads)
+    shown = len(parts) == 1  # a bar per process would interleave
+    if not shown:
+        logger.info(f"index (PISA): {len(files)} vector files read by {len(parts)} processes")
+    lexicons = [folder / f"fwd.documents.{number}" for number in range(len(parts))]
+    counted = _in_processes(_count_terms, [(part, lexicon, expected.count, shown) for part, lexicon in zip(parts, lexicons)])
+    with open(folder / "fwd.documents", "wb") as lexicon:
+        for part_lexicon in lexicons:
+            with open(part_lexicon, "rb") as written:
+                shutil.copyfileobj(written, lexicon)
+            part_lexicon.unlink()
+    ids: dict[str, int] = {}
+    for part in counted:
+        for token in part.counts:
+            ids.setdefault(token, len(ids))
+    tokens = sorted(ids)  # PISA's lexicon is searched by bisection
+    rank = {token: place for place, token in enumerate(tokens)}
+    by_part = np.zeros((len(parts), len(tokens)), dtype=np.int64)  # documents per term (by rank) in each part
+    for number, part in enumerate(counted):
+        by_part[number, [rank[token] for token in part.counts]] = list(part.counts.values())
+    counts = by_part.sum(axis=0)
     cursor = np.cumsum(counts + 1) - counts  # where each term's first posting goes (after its length)
     postings = int(counts.sum())
-    doc_file = np.memmap(folder / "inv.docs", dtype=np.uint32, mode="w+", shape=(2 + postings + len(tokens),))
-    freq_file = np.memmap(folder / "inv.freqs", dtype=np.uint32, mode="w+", shape=(postings + len(tokens),))
-    doc_file[:2] = (1, len(terms.lengths))
+    lengths = np.concatenate([np.frombuffer(part.lengths, dtype=np.uint32) for part in counted])
+    shape = {"docs": 2 + postings + len(tokens), "freqs": postings + len(tokens)}
+    doc_file = np.memmap(folder / "inv.docs", dtype=np.uint32, mode="w+", shape=(shape["docs"],))
+    freq_file = np.memmap(folder / "inv.freqs", dtype=np.uint32, mode="w+", shape=(shape["freqs"],))
+    doc_file[:2] = (1, len(lengths))
     doc_file[2 + cursor - 1] = counts
     freq_file[cursor - 1] = counts
-    with Progress(expected.count, "index (PISA)", "doc") as progress:
-        for number, (_, _, _, vector) in enumerate(read_vectors(files)):
-            ranks = rank[[terms.ids[pisa_term(term)] for term in vector]]
+    doc_file.flush()
+    freq_file.flush()
+    del doc_file, freq_file  # each part maps the files itself
+    starts = np.cumsum([0, *(len(part.lengths) for part in counted)])
+    places = cursor + np.cumsum(by_part, axis=0) - by_part  # each part's first place per term
+    _in_processes(_write_postings, [(part, folder, shape, rank, places[number], int(starts[number]), expected.count,
+                                     shown) for number, part in enumerate(parts)])
+    np.concatenate(([len(lengths)], lengths)).astype(np.uint32).tofile(folder / "inv.sizes")  # unused by the scorer
+    (folder / "fwd.terms").write_text("".join(f"{token}\n" for token in tokens), encoding="utf-8")
+    with _native_output_quiet():
+        pisathon = pisa_bindings()
+        pisathon.build_binlex(str(folder / "fwd.terms"), str(folder / "fwd.termlex"))
+        pisathon.build_binlex(str(folder / "fwd.documents"), str(folder / "fwd.doclex"))
+        pisa_context(folder)  # compresses the index and stores the score bounds, once
+    meta = {"format": META_FORMAT, "vectors_sha256": expected.sha256, "documents": len(lengths),
+            "unique_terms": len(tokens), "total_terms": expected.total_impact,
+            "max_impact": max(part.max_impact for part in counted), "encoding": ENCODING}
+    write_json(folder / META_NAME, meta)
+    return meta
+
+
+def split_files(files: Sequence[Path], parts: int) -> list[list[Path]]:
+    """``files`` in at most ``parts`` contiguous runs of about equal bytes, in order (none empty)."""
+    sizes = np.cumsum([path.stat().st_size for path in files])
+    bounds = [0, *(int(np.searchsorted(sizes, sizes[-1] * share / parts, side="right")) for share in range(1, parts)),
+              len(files)]
+    return [list(files[start:end]) for start, end in zip(bounds, bounds[1:]) if end > start]
+
+
+def _in_processes(function: Callable[..., Any], calls: list[tuple]) -> list[Any]:
+    """``function(*call)`` for every call: in this process for one, else one spawned process each (never
+    forked: the caller may hold a JVM)."""
+    if len(calls) == 1:
+        return [function(*calls[0])]
+    with ProcessPoolExecutor(len(calls), mp_context=get_context("spawn")) as pool:
+        return list(pool.map(function, *zip(*calls)))
+
+
+class _PartCounts:
+    """The first pass's findings over a part: term -> its documents, the terms of each document in
+    collection order, the largest impact."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.lengths = array("I")
+        self.max_impact = 0
+
+
+def _count_terms(files: list[Path], documents_lexicon: Path, documents: int, shown: bool) -> _PartCounts:
+    """Pass one over a part: count each term's documents and write the document ids, one a line, in
+    collection order."""
+    part = _PartCounts()
+    with open(documents_lexicon, "w", encoding="utf-8") as lexicon, \
+            Progress(documents, "index (PISA): count terms", "doc", enabled=shown) as progress:
+        for _, _, doc_id, vector in read_vectors(files):
+            for term in vector:
+                token = pisa_term(term)
+                part.counts[token] = part.counts.get(token, 0) + 1
+            part.lengths.append(len(vector))
+            part.max_impact = max(part.max_impact, max(vector.values(), default=0))
+            lexicon.write(f"{doc_id}\n")
+            progress.update()
+    return part
+
+
+def _write_postings(files: list[Path], folder: Path, shape: dict[str, int], rank: dict[str, int],
+                    cursor: np.ndarray, first: int, documents: int, shown: bool) -> None:
+    """Pass two over a part: each posting (document number from ``first``, impact) at ``cursor`` of its
+    term, which moves on."""
+    doc_file = np.memmap(folder / "inv.docs", dtype=np.uint32, mode="r+", shape=(shape["docs"],))
+    freq_file = np.memmap(folder / "inv.freqs", dtype=np.uint32, mode="r+", shape=(shape["freqs"],))
+    cursor = cursor.copy()
+    with Progress(documents, "index (PISA)", "doc", enabled=shown) as progress:
+        for number, (_, _, _, vector) in enumerate(read_vectors(files), start=first):
+            ranks = [rank[pisa_term(term)] for term in vector]
             places = cursor[ranks]
             doc_file[2 + places] = number
             freq_file[places] = np.fromiter(vector.values(), dtype=np.uint32, count=len(vector))
@@ -151,48 +249,6 @@ def _write_index(files: list[Path], folder: Path, expected: VectorSetSummary) ->
             progress.update()
     doc_file.flush()
     freq_file.flush()
-    del doc_file, freq_file  # unmapped before PISA reads the files
-    np.concatenate(([len(terms.lengths)], terms.lengths)).astype(np.uint32).tofile(folder / "inv.sizes")  # unused by the scorer
-    (folder / "fwd.terms").write_text("".join(f"{token}\n" for token in tokens), encoding="utf-8")
-    with _native_output_quiet():
-        pisathon = pisa_bindings()
-        pisathon.build_binlex(str(folder / "fwd.terms"), str(folder / "fwd.termlex"))
-        pisathon.build_binlex(str(folder / "fwd.documents"), str(folder / "fwd.doclex"))
-        pisa_context(folder)  # compresses the index and stores the score bounds, once
-    meta = {"format": META_FORMAT, "vectors_sha256": expected.sha256, "documents": len(terms.lengths),
-            "unique_terms": len(tokens), "total_terms": expected.total_impact, "max_impact": terms.max_impact,
-            "encoding": ENCODING}
-    write_json(folder / META_NAME, meta)
-    return meta
-
-
-class _TermCounts:
-    """The first pass's findings: term -> id in order of appearance, documents per term id, terms per
-    document, the largest impact."""
-
-    def __init__(self) -> None:
-        self.ids: dict[str, int] = {}
-        self.counts = array("q")
-        self.lengths = array("I")
-        self.max_impact = 0
-
-
-def _count_terms(files: list[Path], documents_lexicon: Path, documents: int) -> _TermCounts:
-    """Pass one: count each term's documents and write the document ids, one a line, in collection order."""
-    terms = _TermCounts()
-    with open(documents_lexicon, "w", encoding="utf-8") as lexicon, \
-            Progress(documents, "index (PISA): count terms", "doc") as progress:
-        for _, _, doc_id, vector in read_vectors(files):
-            for term in vector:
-                term_id = terms.ids.setdefault(pisa_term(term), len(terms.ids))
-                if term_id == len(terms.counts):
-                    terms.counts.append(0)
-                terms.counts[term_id] += 1
-            terms.lengths.append(len(vector))
-            terms.max_impact = max(terms.max_impact, max(vector.values(), default=0))
-            lexicon.write(f"{doc_id}\n")
-            progress.update()
-    return terms
 
 
 @contextlib.contextmanager

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         from vtrepro.search.pisa import search_pisa
 
         if vectors is not None:
-            ensure_pisa_index(vectors, args.index)
+            ensure_pisa_index(vectors, args.index, search.threads)
         run = search_pisa(args.index, read_query_vectors(args.queries), search.k, search.threads,
                           not search.keep_query_id)
     else:

@@ -1,6 +1,7 @@
 """PISA search beside Lucene on the same vectors: identical runs (top k, integer scores, ties by doc id)."""
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -268,3 +269,27 @@ def test_pisa_writes_the_regression_run_file_byte_for_byte(splade_tiny_run, data
         write_trec_run(search_pisa(tmp_path / "pisa", queries, k=1000, threads=threads), tmp_path / "run.trec",
                        tag="vtrepro-splade-tiny")
         assert (tmp_path / "run.trec").read_bytes() == (folder / "run.trec").read_bytes(), f"{threads} threads"
+
+
+def test_the_pisa_index_is_byte_identical_whatever_the_processes(tmp_path):
+    """Several processes each read a contiguous part of the vector files; the index they write together is
+    the one-process index byte for byte (postings in collection order, one document lexicon)."""
+    from vtrepro.bench.scale import same_files
+    from vtrepro.index.pisa import split_files
+
+    rng = random.Random(7)
+    terms = [f"t{number}" for number in range(40)] + ["Paris", "paris"]
+    vectors = tmp_path / "vectors"
+    vectors.mkdir()
+    for part in range(5):  # five files of unequal size, tied and repeated vectors among them
+        records = [{"id": f"d{part}-{doc}", "contents": "",
+                    "vector": {term: rng.randint(1, 9) for term in rng.sample(terms, rng.randint(1, 12))}}
+                   for doc in range(rng.randint(3, 30))]
+        records += [{"id": f"d{part}-copy", "contents": "", "vector": {"paris": 4, "t1": 2}}]
+        (vectors / f"part-{part:05d}.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    assert [len(part) for part in split_files(sorted(vectors.iterdir()), 3)] != [5]
+    indexes = {threads: tmp_path / f"pisa-{threads}" for threads in (1, 2, 3, 8)}
+    for threads, index in indexes.items():
+        build_pisa_index(vectors, index, threads=threads)
+    assert all(same_files(index, indexes[1]) for index in indexes.values())
+    assert read_pisa_meta(indexes[1])["documents"] == sum(1 for path in vectors.iterdir() for _ in path.open())
