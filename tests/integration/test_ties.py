@@ -9,8 +9,8 @@ import pytest
 from helpers import write_vectors
 from vtrepro.core.java import java_class
 from vtrepro.index.lucene import build_bm25_index, build_impact_index
-from vtrepro.search.lucene import search_bm25, search_impact
 from vtrepro.index.pisa import build_pisa_index
+from vtrepro.search.lucene import search_bm25, search_impact
 from vtrepro.search.pisa import search_pisa
 from vtrepro.search.runs import write_trec_run
 
