@@ -149,7 +149,7 @@ def command_flags(command: str, parser: argparse.ArgumentParser) -> list[Flag]:
             if name in renamed or name in GLOBAL_FLAGS or not name.startswith("--") or name.startswith("--no-"):
                 continue
             flags.append(Flag(command, name, type_name(action), getattr(action, "path_kind", None),
-                              action.default, action.metavar))
+                              getattr(action, "default_text", action.default), action.metavar))
     return flags
 
 

@@ -89,9 +89,10 @@ DEFAULT_THREADS = _available_cores()
 def add_threads(parser: argparse._ActionsContainer, what: str) -> None:
     """``--threads N`` (default :data:`DEFAULT_THREADS` in every command): threads for ``what``. No run
     or figure depends on it (docs/pipeline.md, search and ties), only the time taken."""
-    parser.add_argument("--threads", type=positive_int, default=DEFAULT_THREADS,
-                        help=f"{what}; results do not depend on it (default: all %(default)s cores this process "
-                             "may use; 1 for one)")
+    action = parser.add_argument("--threads", type=positive_int, default=DEFAULT_THREADS,
+                                 help=f"{what}; results do not depend on it (default: all %(default)s cores this "
+                                      "process may use; 1 for one)")
+    action.default_text = "every core this process may use"  # type: ignore[attr-defined]  # the machine's number
 
 
 PATH_KINDS = ("input file", "input folder", "input path", "created file", "created folder", "root")
