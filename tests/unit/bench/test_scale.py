@@ -82,7 +82,7 @@ def test_every_stage_at_two_sizes_with_identical_runs(tmp_path, capsys):
                   "--build-threads", "2", "--output", str(output)]) == 0
     results = json.loads((output / "scale.json").read_text())
     stages = {(stage["stage"], stage["documents"]): stage for stage in results["stages"]}
-    assert {("index pisa", 4500), ("search lucene k=1000", 200), ("evaluate", 4500), ("write", 200),
+    assert {("index pisa t=1", 4500), ("index pisa t=2", 4500), ("search lucene k=1000", 200), ("evaluate", 4500), ("write", 200),
             ("index lucene t=1", 200), ("index lucene t=2", 4500), ("search lucene k=10 t=2", 4500)} <= set(stages)
     assert all(stage["figures"]["runs_identical"] for stage in results["stages"]
                if stage["stage"].startswith(("search pisa", "search lucene k=10 t=2", "search lucene k=1000 t=2")))
@@ -90,6 +90,7 @@ def test_every_stage_at_two_sizes_with_identical_runs(tmp_path, capsys):
     assert two_threads["speed_up"] == pytest.approx(stages[("index lucene t=1", 4500)]["figures"]["build_seconds"]
                                                     / two_threads["build_seconds"])
     assert two_threads["efficiency"] == pytest.approx(two_threads["speed_up"] / 2) and two_threads["segments"] >= 1
+    assert stages[("index pisa t=2", 4500)]["figures"]["index_identical"]  # every file the one-process build's
     assert all(stage["cpu_seconds"] > 0 for stage in results["stages"])
     assert set(results["growth_exponents"]) >= {"write", "index lucene t=1", "search pisa k=10"}
     assert not list(output.glob("work-*"))  # work folders removed
