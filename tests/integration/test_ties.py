@@ -88,18 +88,19 @@ def built(tmp_path_factory):
 
 
 def test_the_layouts_differ(built):
-    """The indexes really differ in segments and in Lucene's internal order of the documents (how many
-    segments several threads write depends on which thread takes which file when)."""
+    """The indexes really differ: merged ones hold one segment, and the reordered index numbers the documents
+    otherwise inside Lucene. (How many segments several threads write depends on which thread takes which file
+    when: often more than one, not always, so no test counts on it.)"""
     _, layouts, _, _ = built
     impact = layouts["impact"]
-    assert segments(impact["1 thread"]) == 1 and segments(impact["4 threads"]) > 1
-    assert segments(impact["4 threads merged"]) == 1 and segments(layouts["bm25"]["4 threads"]) > 1
+    assert segments(impact["1 thread"]) == 1 and segments(impact["4 threads merged"]) == 1
+    assert segments(layouts["bm25"]["4 threads merged"]) == 1
     internal = {}
-    for name in ("1 thread", "4 threads"):
+    for name in ("1 thread", "1 thread, other order"):
         searcher = java_class("io.anserini.search.SimpleImpactSearcher")(str(impact[name]))
         internal[name] = {hit.docid: hit.lucene_docid for hit in searcher.search(_as_java({"t1": 1}), DOCUMENTS)}
         searcher.close()
-    assert internal["1 thread"] != internal["4 threads"]
+    assert internal["1 thread"] != internal["1 thread, other order"]
 
 
 def _as_java(query: dict[str, int]):
