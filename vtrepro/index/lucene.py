@@ -16,8 +16,9 @@ import os
 import shutil
 import threading
 from dataclasses import dataclass
+from multiprocessing import get_context
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from vtrepro.core.anserini import newer_lucene_fix
 from vtrepro.core.cli import DEFAULT_THREADS, add_output_folder, add_renamed, add_threads, add_vectors, cli_entry, command_parser
@@ -29,6 +30,7 @@ from vtrepro.core.progress import Progress
 from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import count_full_read, vector_files
+from vtrepro.index.parts import POLL_S, in_processes, split_files
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +57,17 @@ def _run_indexer(collection: str, input_dir: Path, index_dir: Path, work: Path, 
                  holds: IndexInput) -> dict[str, int]:
     """Index ``input_dir`` into ``work``, check the result against what it ``holds``, then swap it into
     ``index_dir``; returns its stats. On any failure an existing index stays as it was."""
-    source, documents, total_terms, allow_empty = holds.source, holds.documents, holds.total_terms, holds.allow_empty
     staging = work / "index"
+    with Progress(holds.documents, "index", "doc") as progress:
+        counters = _anserini_build(collection, input_dir, staging, threads, extra, holds.source, index_dir,
+                                   lambda indexed: progress.update(indexed - progress.done))
+    return _checked_swap(staging, index_dir, work, counters, holds)
+
+
+def _anserini_build(collection: str, input_dir: Path, staging: Path, threads: int, extra: list[str],
+                    source: str | Path, index_dir: Path, report: Callable[[int], None]) -> dict[str, int]:
+    """Anserini's IndexCollection from ``input_dir`` into ``staging``; returns its counters. ``report`` is told
+    the documents indexed so far while it runs; a build that left no index is one line, from what Java logged."""
     args = [
         "-collection", collection,
         "-input", str(input_dir),
@@ -67,9 +78,16 @@ def _run_indexer(collection: str, input_dir: Path, index_dir: Path, work: Path, 
         *extra,
     ]
     with logged_java_errors() as logged:
-        counters = _index_with_progress(args, documents, source, index_dir)
+        counters = _index_with_progress(args, source, index_dir, report)
     if not is_lucene_index(staging):
         raise _not_built(index_dir, logged)
+    return counters
+
+
+def _checked_swap(staging: Path, index_dir: Path, work: Path, counters: dict[str, int], holds: IndexInput) -> dict[str, int]:
+    """Check the index at ``staging`` against what it ``holds`` (and what Anserini's ``counters`` say it
+    dropped), then swap it into ``index_dir``; returns its stats."""
+    source, documents, total_terms, allow_empty = holds.source, holds.documents, holds.total_terms, holds.allow_empty
     stats = index_stats(staging)
     empty = counters["empty"] if allow_empty else 0
     dropped = {name: counters[name] for name in ("empty", "unindexable", "skipped", "errors")
@@ -86,8 +104,13 @@ def _run_indexer(collection: str, input_dir: Path, index_dir: Path, work: Path, 
     return stats
 
 
-def _index_with_progress(args: list[str], documents: int, source: str | Path, index_dir: Path) -> dict[str, int]:
-    """Run Anserini's IndexCollection, following its document counter from a second thread."""
+COUNTERS = ("indexed", "empty", "unindexable", "skipped", "errors")
+"""Anserini's IndexCollection counters, by name."""
+
+
+def _index_with_progress(args: list[str], source: str | Path, index_dir: Path,
+                         report: Callable[[int], None]) -> dict[str, int]:
+    """Run Anserini's IndexCollection, telling ``report`` its document counter from a second thread."""
     start_jvm()
     import jnius  # only once the JVM is started with Anserini's classpath
 
@@ -100,25 +123,25 @@ def _index_with_progress(args: list[str], documents: int, source: str | Path, in
         indexer = java_class("io.anserini.index.IndexCollection")(options)
     counters = indexer.getCounters()
     finished = threading.Event()
-    with Progress(documents, "index", "doc") as progress:
-        def follow() -> None:
-            try:
-                while not finished.wait(0.5):
-                    progress.update(counters.indexed.get() - progress.done)
-            finally:
-                jnius.detach()
 
-        follower = threading.Thread(target=follow, daemon=True)
-        follower.start()
+    def follow() -> None:
         try:
-            with java_errors(source, "Anserini could not index it; check the input files",
-                             lambda causes: _disk_full_reason(index_dir, causes)):
-                indexer.run()
+            while not finished.wait(POLL_S):
+                report(int(counters.indexed.get()))
         finally:
-            finished.set()
-            follower.join()
-        progress.update(counters.indexed.get() - progress.done)
-    return {name: int(getattr(counters, name).get()) for name in ("indexed", "empty", "unindexable", "skipped", "errors")}
+            jnius.detach()
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    try:
+        with java_errors(source, "Anserini could not index it; check the input files",
+                         lambda causes: _disk_full_reason(index_dir, causes)):
+            indexer.run()
+    finally:
+        finished.set()
+        follower.join()
+    report(int(counters.indexed.get()))
+    return {name: int(getattr(counters, name).get()) for name in COUNTERS}
 
 
 def _kept(index_dir: Path) -> str:
@@ -209,6 +232,11 @@ def is_lucene_index(folder: str | Path) -> bool:
     return any(Path(folder).glob("segments_*"))
 
 
+IMPACT_OPTIONS = ["-impact", "-pretokenized"]
+ANSERINI_MEMORY_BUFFER_MB = 4096
+"""Anserini's default ``-memoryBuffer``: the RAM one index writer fills before it writes a segment."""
+
+
 def build_impact_index(vectors_dir: str | Path, index_dir: str | Path, threads: int = DEFAULT_THREADS,
                        expected: VectorSetSummary | None = None) -> dict[str, int]:
     """Impact index (``-impact -pretokenized``) of a JsonVectorCollection folder; returns its stats.
@@ -216,20 +244,93 @@ def build_impact_index(vectors_dir: str | Path, index_dir: str | Path, threads: 
     Every record is checked first (:mod:`vtrepro.encode.reader`: what Anserini would silently change
     is refused) unless ``expected`` already summarizes the folder's checked vectors; only the
     vector files are given to Anserini (never hidden temporary files), and the index must hold
-    exactly their documents and impact total. Anserini's ``threads`` index one vector file each, so more
-    threads than files leave cores idle. Lucene's internal document order then depends on the threads, and
-    no run does (:func:`vtrepro.search.runs.search_until_complete`).
+    exactly their documents and impact total.
+
+    ``threads`` are processes: the vector files are split into that many contiguous parts of about equal
+    bytes (:func:`vtrepro.index.parts.split_files`; never more parts than files), each indexed by its own JVM
+    with one Anserini thread, and the parts' segments are then added to one index (Lucene's ``addIndexes``,
+    which copies them). Lucene's internal document order depends on the split, and no run does
+    (:func:`vtrepro.search.runs.search_until_complete`).
     """
     files = vector_files(vectors_dir)
     expected = expected or fingerprint_files(files)
+    holds = IndexInput(vectors_dir, expected.count, expected.total_impact)
+    parts = split_files(files, threads) if files else [files]
     with _work_folder(Path(index_dir)) as work:
-        linked = work / "input"
-        linked.mkdir()
-        for path in files:
-            os.symlink(path.resolve(), linked / path.name)
         count_full_read(files, "Anserini's index build")
-        return _run_indexer("JsonVectorCollection", linked, Path(index_dir), work, threads, ["-impact", "-pretokenized"],
-                            IndexInput(vectors_dir, expected.count, expected.total_impact))
+        if len(parts) == 1:
+            return _run_indexer("JsonVectorCollection", _linked(files, work / "input"), Path(index_dir), work, 1,
+                                IMPACT_OPTIONS, holds)
+        logger.info(f"index: {len(files)} vector files indexed by {len(parts)} processes")
+        indexed = get_context("spawn").Array("q", len(parts), lock=False)
+        part_indexes = [work / f"part-{number}" for number in range(len(parts))]
+        buffer_mb = _part_memory_buffer_mb(len(parts))
+        with Progress(holds.documents, "index", "doc") as progress:
+            def poll() -> None:
+                progress.update(sum(indexed) - progress.done)
+
+            counted = in_processes(_index_part, [(number, part, part_index, str(holds.source), str(index_dir), buffer_mb)
+                                                 for number, (part, part_index) in enumerate(zip(parts, part_indexes))],
+                                   initializer=_share_counters, initargs=(indexed,), poll=poll)
+            poll()
+        counters = {name: sum(part[name] for part in counted) for name in COUNTERS}
+        _add_indexes(part_indexes, work / "index")
+        return _checked_swap(work / "index", Path(index_dir), work, counters, holds)
+
+
+def _linked(files: list[Path], folder: Path) -> Path:
+    """A folder of links to ``files`` (Anserini reads every file of the folder it is given)."""
+    folder.mkdir()
+    for path in files:
+        os.symlink(path.resolve(), folder / path.name)
+    return folder
+
+
+def _part_memory_buffer_mb(parts: int) -> int:
+    """Each part's ``-memoryBuffer``: Anserini's default, less where the parts' buffers together would pass a
+    quarter of the machine's memory (each JVM's default heap), never under 256 MB."""
+    physical_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+    return max(256, min(ANSERINI_MEMORY_BUFFER_MB, physical_mb // (4 * parts)))
+
+
+_indexed_by_part: list[int] | None = None
+"""In a part's process: the documents each part has indexed so far, shared with the parent."""
+
+
+def _share_counters(indexed: list[int]) -> None:
+    global _indexed_by_part
+    _indexed_by_part = indexed
+
+
+def _index_part(number: int, files: list[Path], part_index: Path, source: str, index_dir: str,
+                buffer_mb: int) -> dict[str, int]:
+    """In a spawned process: index one part's ``files`` into ``part_index`` with one Anserini thread."""
+    def report(indexed: int) -> None:
+        if _indexed_by_part is not None:
+            _indexed_by_part[number] = indexed
+
+    linked = _linked(files, part_index.with_name(f"{part_index.name}-input"))
+    return _anserini_build("JsonVectorCollection", linked, part_index, 1,
+                           [*IMPACT_OPTIONS, "-memoryBuffer", str(buffer_mb)], source, Path(index_dir), report)
+
+
+def _add_indexes(part_indexes: list[Path], index: Path) -> None:
+    """One index at ``index`` holding every segment of ``part_indexes``, in their order (Lucene's
+    ``addIndexes`` copies the segments, merging nothing)."""
+    fs_directory, paths = java_class("org.apache.lucene.store.FSDirectory"), java_class("java.nio.file.Paths")
+    config = java_class("org.apache.lucene.index.IndexWriterConfig")()
+    config.setOpenMode(java_class("org.apache.lucene.index.IndexWriterConfig$OpenMode").CREATE)
+    sources = [fs_directory.open(paths.get(java_path(part))) for part in part_indexes]
+    with java_errors(index, "the parts' indexes could not be joined; check the disk",
+                     lambda causes: _disk_full_reason(index, causes)):
+        writer = java_class("org.apache.lucene.index.IndexWriter")(fs_directory.open(paths.get(java_path(index))), config)
+        try:
+            writer.addIndexes(*sources)
+            writer.commit()
+        finally:
+            writer.close()
+            for directory in sources:
+                directory.close()
 
 
 def build_bm25_index(documents: Iterable[tuple[str, str]], index_dir: str | Path,

@@ -18,10 +18,8 @@ import sys
 import tempfile
 import time
 from array import array
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Iterator
 
 import numpy as np
 
@@ -32,6 +30,7 @@ from vtrepro.core.log import verbose
 from vtrepro.core.progress import Progress
 from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files
 from vtrepro.encode.reader import read_vectors, vector_files
+from vtrepro.index.parts import in_processes, split_files
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +141,7 @@ def _write_index(files: list[Path], folder: Path, expected: VectorSetSummary, th
     if not shown:
         logger.info(f"index (PISA): {len(files)} vector files read by {len(parts)} processes")
     lexicons = [folder / f"fwd.documents.{number}" for number in range(len(parts))]
-    counted = _in_processes(_count_terms, [(part, lexicon, expected.count, shown) for part, lexicon in zip(parts, lexicons)])
+    counted = in_processes(_count_terms, [(part, lexicon, expected.count, shown) for part, lexicon in zip(parts, lexicons)])
     with open(folder / "fwd.documents", "wb") as lexicon:
         for part_lexicon in lexicons:
             with open(part_lexicon, "rb") as written:
@@ -172,7 +171,7 @@ def _write_index(files: list[Path], folder: Path, expected: VectorSetSummary, th
     del doc_file, freq_file  # each part maps the files itself
     starts = np.cumsum([0, *(len(part.lengths) for part in counted)])
     places = cursor + np.cumsum(by_part, axis=0) - by_part  # each part's first place per term
-    _in_processes(_write_postings, [(part, folder, shape, rank, places[number], int(starts[number]), expected.count,
+    in_processes(_write_postings, [(part, folder, shape, rank, places[number], int(starts[number]), expected.count,
                                      shown) for number, part in enumerate(parts)])
     np.concatenate(([len(lengths)], lengths)).astype(np.uint32).tofile(folder / "inv.sizes")  # unused by the scorer
     (folder / "fwd.terms").write_text("".join(f"{token}\n" for token in tokens), encoding="utf-8")
@@ -186,23 +185,6 @@ def _write_index(files: list[Path], folder: Path, expected: VectorSetSummary, th
             "max_impact": max(part.max_impact for part in counted), "encoding": ENCODING}
     write_json(folder / META_NAME, meta)
     return meta
-
-
-def split_files(files: Sequence[Path], parts: int) -> list[list[Path]]:
-    """``files`` in at most ``parts`` contiguous runs of about equal bytes, in order (none empty)."""
-    sizes = np.cumsum([path.stat().st_size for path in files])
-    bounds = [0, *(int(np.searchsorted(sizes, sizes[-1] * share / parts, side="right")) for share in range(1, parts)),
-              len(files)]
-    return [list(files[start:end]) for start, end in zip(bounds, bounds[1:]) if end > start]
-
-
-def _in_processes(function: Callable[..., Any], calls: list[tuple]) -> list[Any]:
-    """``function(*call)`` for every call: in this process for one, else one spawned process each (never
-    forked: the caller may hold a JVM)."""
-    if len(calls) == 1:
-        return [function(*calls[0])]
-    with ProcessPoolExecutor(len(calls), mp_context=get_context("spawn")) as pool:
-        return list(pool.map(function, *zip(*calls)))
 
 
 class _PartCounts:

@@ -275,7 +275,7 @@ def test_the_pisa_index_is_byte_identical_whatever_the_processes(tmp_path):
     """Several processes each read a contiguous part of the vector files; the index they write together is
     the one-process index byte for byte (postings in collection order, one document lexicon)."""
     from vtrepro.bench.scale import same_files
-    from vtrepro.index.pisa import split_files
+    from vtrepro.index.parts import split_files
 
     rng = random.Random(7)
     terms = [f"t{number}" for number in range(40)] + ["Paris", "paris"]
