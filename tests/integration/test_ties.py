@@ -1,4 +1,5 @@
-"""Runs do not depend on how the index was built: one Lucene thread or several, segments merged or not, documents
+"""Runs do not depend on how the index was built: one Lucene thread or several (impact indexes: one process per part
+of the files, their segments joined), segments merged or not, documents
 in another order, PISA or Lucene, one search thread or two. The collection is built to tie at the cut: 2,000
 documents that are 50 distinct vectors (and 40 distinct texts for BM25), each repeated, in 8 files."""
 import random
@@ -89,11 +90,13 @@ def built(tmp_path_factory):
 
 def test_the_layouts_differ(built):
     """The indexes really differ: merged ones hold one segment, and the reordered index numbers the documents
-    otherwise inside Lucene. (How many segments several threads write depends on which thread takes which file
-    when: often more than one, not always, so no test counts on it.)"""
+    otherwise inside Lucene. An impact index built by 4 processes holds each part's segment. (How many segments
+    Anserini's BM25 threads write depends on which thread takes which file when: often more than one, not always,
+    so no test counts on it.)"""
     _, layouts, _, _ = built
     impact = layouts["impact"]
     assert segments(impact["1 thread"]) == 1 and segments(impact["4 threads merged"]) == 1
+    assert segments(impact["2 threads"]) == 2 and segments(impact["4 threads"]) == 4
     assert segments(layouts["bm25"]["4 threads merged"]) == 1
     internal = {}
     for name in ("1 thread", "1 thread, other order"):

@@ -141,7 +141,8 @@ def _block_lines(rng: np.random.Generator, cumulative: tuple[np.ndarray, np.ndar
 
 @dataclass
 class StageFigures:
-    """One stage at one size: seconds, this process's peak RSS, bytes on disk and stage-specific figures."""
+    """One stage at one size: seconds, the peak RSS of its largest process (its own, or a part it spawned),
+    bytes on disk and stage-specific figures."""
 
     stage: str
     documents: int
@@ -150,11 +151,13 @@ class StageFigures:
     size_bytes: int | None = None
     figures: dict[str, Any] | None = None
     cpu_seconds: float | None = None
-    """User and system CPU time of the stage's process, all its threads: over ``seconds``, the cores it kept busy."""
+    """User and system CPU time of the stage's process and of the processes it spawned (all ended when the stage
+    ends), all their threads: over ``seconds``, the cores it kept busy."""
 
 
 def _peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+    """The largest peak resident memory of one process: the stage's own, or one it spawned (a build's part)."""
+    return max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) * 1024
 
 
 def _folder_bytes(folder: Path) -> int:
@@ -164,9 +167,10 @@ def _folder_bytes(folder: Path) -> int:
 def _stage_child(connection, job: Callable[..., tuple[int | None, dict | None]], args: tuple) -> None:
     began = time.perf_counter()
     size, figures = job(*args)
-    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_seconds = sum(usage.ru_utime + usage.ru_stime
+                      for usage in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
     connection.send(json.dumps({"seconds": time.perf_counter() - began, "peak_rss_bytes": _peak_rss_bytes(),
-                                "size_bytes": size, "figures": figures, "cpu_seconds": usage.ru_utime + usage.ru_stime}))
+                                "size_bytes": size, "figures": figures, "cpu_seconds": cpu_seconds}))
     connection.close()
 
 

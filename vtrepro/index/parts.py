@@ -18,10 +18,16 @@ POLL_S = 0.5
 
 
 def split_files(files: Sequence[Path], parts: int) -> list[list[Path]]:
-    """``files`` in at most ``parts`` contiguous runs of about equal bytes, in order (none empty)."""
-    sizes = np.cumsum([path.stat().st_size for path in files])
-    bounds = [0, *(int(np.searchsorted(sizes, sizes[-1] * share / parts, side="right")) for share in range(1, parts)),
-              len(files)]
+    """``files`` in at most ``parts`` contiguous runs of about equal bytes, in order (none empty): each run
+    ends at the file boundary nearest its share of the bytes."""
+    ends = np.cumsum([0, *(path.stat().st_size for path in files)])  # ends[j]: bytes of the first j files
+    bounds = [0]
+    for share in range(1, parts):
+        target = ends[-1] * share / parts
+        after = int(np.searchsorted(ends, target, side="right"))  # ends[after - 1] <= target < ends[after]
+        nearest = after if after < len(ends) and ends[after] - target < target - ends[after - 1] else after - 1
+        bounds.append(max(bounds[-1], min(nearest, len(files))))
+    bounds.append(len(files))
     return [list(files[start:end]) for start, end in zip(bounds, bounds[1:]) if end > start]
 
 

@@ -1,0 +1,43 @@
+"""Index builds split over spawned processes (vtrepro.index.parts): parts, results, failures, progress, memory."""
+import os
+
+import pytest
+
+from vtrepro.core.errors import VtreproError
+from vtrepro.index.lucene import _part_memory_buffer_mb, check_index_folder
+from vtrepro.index.parts import in_processes, split_files
+
+
+def test_the_files_split_into_contiguous_parts_of_about_equal_bytes(tmp_path):
+    sizes = [10, 10, 40, 10, 10, 10, 10]
+    files = []
+    for number, size in enumerate(sizes):
+        (tmp_path / f"part-{number}").write_bytes(b"x" * size)
+        files.append(tmp_path / f"part-{number}")
+    parts = split_files(files, 2)
+    assert [path for part in parts for path in part] == files  # every file once, in order
+    assert [sum(path.stat().st_size for path in part) for part in parts] == [60, 40]
+    assert len(split_files(files, 20)) == len(files)  # never more parts than files, none empty
+    assert split_files(files, 1) == [files]
+
+
+def test_results_come_back_in_the_order_of_the_calls_and_progress_is_polled():
+    polled = []
+    calls = [(f"/a/b/{name}",) for name in ("one", "two", "three")]
+    assert in_processes(os.path.basename, calls, poll=lambda: polled.append(1)) == ["one", "two", "three"]
+    assert polled
+
+
+def test_a_part_that_fails_fails_the_whole_with_its_own_one_line_error(tmp_path):
+    """A part's bad input reaches the caller as the VtreproError the part raised (exit 2, its one line)."""
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(VtreproError, match="is an empty folder, not a Lucene index"):
+        in_processes(check_index_folder, [(tmp_path / "empty",), (tmp_path / "empty",)])
+
+
+def test_the_parts_buffers_together_stay_within_a_quarter_of_the_memory():
+    physical_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+    for parts in (2, 4, 16, 64):
+        buffer_mb = _part_memory_buffer_mb(parts)
+        assert 256 <= buffer_mb <= 4096
+        assert buffer_mb * parts <= max(physical_mb // 4, 256 * parts)
