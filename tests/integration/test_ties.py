@@ -73,7 +73,7 @@ def built(tmp_path_factory):
     layouts: dict[str, dict[str, Path]] = {"impact": {}, "bm25": {}, "pisa": {}}
     for name, threads in (("1 thread", 1), ("2 threads", 2), ("4 threads", 4), ("4 threads merged", 4)):
         layouts["impact"][name] = root / f"impact {name}"
-        build_impact_index(in_order, layouts["impact"][name], threads=threads)
+        build_impact_index(in_order, layouts["impact"][name], threads=threads, min_part_bytes=1)  # a part per thread
         layouts["bm25"][name] = root / f"bm25 {name}"
         build_bm25_index(text_documents, layouts["bm25"][name], threads=threads)
     for kind in ("impact", "bm25"):

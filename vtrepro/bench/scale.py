@@ -34,8 +34,8 @@ from vtrepro.encode.shards import ShardOptions
 from vtrepro.search.runs import ENGINES
 
 SHARD_DOCUMENTS = ShardOptions.shard_size
-"""Documents per synthetic vector file, as ``encode`` writes shards by default: Anserini's indexing threads take
-a file each, so this is what they share at every size."""
+"""Documents per synthetic vector file, as ``encode`` writes shards by default: the builds' processes split the
+files between them, so this is what they share at every size."""
 BLOCK_DOCUMENTS = 10_000
 """Documents drawn at once: bounds the generator's memory whatever the collection's size."""
 KS = (10, 1000)

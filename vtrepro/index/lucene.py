@@ -233,12 +233,16 @@ def is_lucene_index(folder: str | Path) -> bool:
 
 
 IMPACT_OPTIONS = ["-impact", "-pretokenized"]
+MIN_PART_BYTES = 32 * 2**20
+"""The least vector bytes worth a process of their own (about 8,000 documents at splade-tiny's density, 13 s of
+one build thread): a part's JVM takes about 2 s to start and load Anserini, so smaller collections take fewer
+processes (scifact's 26 MB: one)."""
 ANSERINI_MEMORY_BUFFER_MB = 4096
 """Anserini's default ``-memoryBuffer``: the RAM one index writer fills before it writes a segment."""
 
 
 def build_impact_index(vectors_dir: str | Path, index_dir: str | Path, threads: int = DEFAULT_THREADS,
-                       expected: VectorSetSummary | None = None) -> dict[str, int]:
+                       expected: VectorSetSummary | None = None, min_part_bytes: int = MIN_PART_BYTES) -> dict[str, int]:
     """Impact index (``-impact -pretokenized``) of a JsonVectorCollection folder; returns its stats.
 
     Every record is checked first (:mod:`vtrepro.encode.reader`: what Anserini would silently change
@@ -247,7 +251,8 @@ def build_impact_index(vectors_dir: str | Path, index_dir: str | Path, threads: 
     exactly their documents and impact total.
 
     ``threads`` are processes: the vector files are split into that many contiguous parts of about equal
-    bytes (:func:`vtrepro.index.parts.split_files`; never more parts than files), each indexed by its own JVM
+    bytes (:func:`vtrepro.index.parts.split_files`; never more parts than files, nor parts of under
+    ``min_part_bytes``), each indexed by its own JVM
     with one Anserini thread, and the parts' segments are then added to one index (Lucene's ``addIndexes``,
     which copies them). Lucene's internal document order depends on the split, and no run does
     (:func:`vtrepro.search.runs.search_until_complete`).
@@ -255,7 +260,7 @@ def build_impact_index(vectors_dir: str | Path, index_dir: str | Path, threads: 
     files = vector_files(vectors_dir)
     expected = expected or fingerprint_files(files)
     holds = IndexInput(vectors_dir, expected.count, expected.total_impact)
-    parts = split_files(files, threads) if files else [files]
+    parts = split_files(files, threads, min_part_bytes) if files else [files]
     with _work_folder(Path(index_dir)) as work:
         count_full_read(files, "Anserini's index build")
         if len(parts) == 1:
@@ -466,7 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--engine", choices=ENGINES, default="lucene",
                         help="lucene: an Anserini impact index (default); pisa: a PISA index, kept when it already "
                              "holds these vectors")
-    add_threads(parser, "indexing threads")
+    add_threads(parser, "indexing threads: Lucene impact and PISA indexes run one process per part of the vector files")
     return parser
 
 

@@ -17,10 +17,12 @@ POLL_S = 0.5
 """How often a caller following the parts' progress is told."""
 
 
-def split_files(files: Sequence[Path], parts: int) -> list[list[Path]]:
-    """``files`` in at most ``parts`` contiguous runs of about equal bytes, in order (none empty): each run
-    ends at the file boundary nearest its share of the bytes."""
+def split_files(files: Sequence[Path], parts: int, min_part_bytes: int = 1) -> list[list[Path]]:
+    """``files`` in at most ``parts`` contiguous runs of about equal bytes, in order (none empty, and no more
+    runs than ``min_part_bytes`` fit in the files' bytes: at least one): each run ends at the file boundary
+    nearest its share of the bytes."""
     ends = np.cumsum([0, *(path.stat().st_size for path in files)])  # ends[j]: bytes of the first j files
+    parts = max(1, min(parts, int(ends[-1]) // min_part_bytes))
     bounds = [0]
     for share in range(1, parts):
         target = ends[-1] * share / parts

@@ -41,3 +41,13 @@ def test_the_parts_buffers_together_stay_within_a_quarter_of_the_memory():
         buffer_mb = _part_memory_buffer_mb(parts)
         assert 256 <= buffer_mb <= 4096
         assert buffer_mb * parts <= max(physical_mb // 4, 256 * parts)
+
+
+def test_a_small_collection_takes_fewer_parts_than_threads(tmp_path):
+    files = []
+    for number in range(4):
+        (tmp_path / f"part-{number}").write_bytes(b"x" * 100)
+        files.append(tmp_path / f"part-{number}")
+    assert split_files(files, 4, min_part_bytes=1000) == [files]  # 400 bytes: one process
+    assert len(split_files(files, 4, min_part_bytes=200)) == 2
+    assert len(split_files(files, 4)) == 4
