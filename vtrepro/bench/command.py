@@ -39,7 +39,7 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.model.options import EncoderOptions
-from vtrepro.search.runs import add_k
+from vtrepro.search.runs import ENGINES, add_k
 
 # Each benchmark's module is imported once it is chosen, on purpose: torch, transformers, Anserini and
 # PISA load only for the benchmark that needs them, and `--help` and argument errors stay fast.
@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument("--build-threads", type=_thread_counts, default=_powers_of_two(DEFAULT_THREADS),
                        help="comma-separated thread counts of the Lucene and PISA builds, 1 always among them (the baseline of "
                             f"speed-up and runs; default 1, 2, 4, ... up to all {DEFAULT_THREADS} cores this process may use)")
+    scale.add_argument("--engines", type=_engines, default=list(ENGINES),
+                       help=f"comma-separated engines whose builds and searches are measured (default {','.join(ENGINES)}; "
+                            "both are needed to compare their runs)")
     add_output_folder(scale, "folder for scale.json and the work folders, removed after each size", required=False,
                       default=Path("runs/bench-scale"), rule="its scale.json is replaced")
     commands.add_parser("transfer", help="topology transfer of a 50k-token source onto a 30k-token target: "
@@ -106,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         from vtrepro.bench.scale import bench_scale
 
         check_output(args.output, [args.vectors, EncodedFolder(args.vectors).collection, args.queries], kind="folder")
-        return bench_scale(args.vectors, args.queries, args.sizes, args.output, args.build_threads)
+        return bench_scale(args.vectors, args.queries, args.sizes, args.output, args.build_threads, args.engines)
     if args.command == "transfer":
         from vtrepro.bench.transfer import run_transfer_bench
 
@@ -148,6 +151,14 @@ def _sizes(text: str) -> list[int]:
 
 
 MAX_BUILD_THREADS = 1024
+
+
+def _engines(text: str) -> list[str]:
+    """``--engines``: comma-separated engines among :data:`vtrepro.search.runs.ENGINES`, in that order."""
+    named = set(text.split(","))
+    if not named or not named <= set(ENGINES):
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated engines among {','.join(ENGINES)}")
+    return [engine for engine in ENGINES if engine in named]
 
 
 def _thread_counts(text: str) -> list[int]:

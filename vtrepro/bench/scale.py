@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -196,22 +196,27 @@ def _write_job(statistics: CollectionStatistics, documents: int, folder: Path) -
 
 
 def _scan_job(folder: Path) -> tuple[None, dict]:
-    from vtrepro.encode.scan import scan_files
+    from vtrepro.encode.scan import scan_folder
 
-    scan = scan_files(vector_files(folder))  # a run's one pass: every record checked, fingerprint and statistics
+    scan = scan_folder(folder, _scan_record(folder))  # a run's one pass: every record checked, fingerprint, statistics
     return None, {"sha256": scan.fingerprint.sha256, "total_terms": scan.fingerprint.total_impact,
                   "terms_per_document_mean": scan.sparsity.mean_terms}
 
 
+def _scan_record(folder: Path) -> Path:
+    """Where the scan stage records its pass, beside the synthetic vectors: the builds read it back, as a run's
+    later stages do (``regress`` passes the fingerprint to its builds)."""
+    return folder.with_name("scan.json")
+
+
 def _lucene_job(folder: Path, index: Path, threads: int) -> tuple[int, dict]:
-    """Anserini's build alone with ``threads`` threads: the JVM started and the vectors fingerprinted first,
-    untimed (``bench scale`` measures fingerprinting as its own stage, and ``regress`` passes the fingerprint)."""
+    """Anserini's build alone with ``threads`` processes: the JVM started and the scan read back first, untimed."""
     from vtrepro.core.java import start_jvm
-    from vtrepro.encode.fingerprint import fingerprint_folder
+    from vtrepro.encode.scan import scan_folder
     from vtrepro.index.lucene import build_impact_index
 
     start_jvm()
-    summary = fingerprint_folder(folder)
+    summary = scan_folder(folder, _scan_record(folder)).fingerprint
     began = time.perf_counter()
     stats = build_impact_index(folder, index, threads, expected=summary)
     seconds = time.perf_counter() - began
@@ -221,11 +226,11 @@ def _lucene_job(folder: Path, index: Path, threads: int) -> tuple[int, dict]:
 
 
 def _pisa_job(folder: Path, index: Path, threads: int) -> tuple[int, dict]:
-    """vtrepro's PISA build alone with ``threads`` processes reading the vectors, fingerprinted first, untimed."""
-    from vtrepro.encode.fingerprint import fingerprint_folder
+    """vtrepro's PISA build alone with ``threads`` processes reading the vectors, the scan read back first, untimed."""
+    from vtrepro.encode.scan import scan_folder
     from vtrepro.index.pisa import build_pisa_index
 
-    summary = fingerprint_folder(folder)
+    summary = scan_folder(folder, _scan_record(folder)).fingerprint
     began = time.perf_counter()
     meta = build_pisa_index(folder, index, expected=summary, threads=threads)
     seconds = time.perf_counter() - began
@@ -265,43 +270,44 @@ def _evaluate_job(run_path: Path, documents: int) -> tuple[None, dict]:
 
 
 def measure_size(statistics: CollectionStatistics, documents: int, queries_path: Path, work: Path,
-                 record: Callable[[StageFigures], None], build_threads: list[int]) -> None:
-    """Every stage at one size, in ``work``, each passed to ``record`` as it ends: the Lucene build with each of
-    ``build_threads`` (1 first, the baseline of the others' speed-up and runs); each search at ``k`` by PISA
-    says whether its run is Lucene's, each search of a many-thread Lucene index whether its run is the
-    one-thread index's."""
+                 record: Callable[[StageFigures], None], build_threads: list[int],
+                 engines: Sequence[str] = ENGINES) -> None:
+    """Every stage at one size, in ``work``, each passed to ``record`` as it ends: each of ``engines``' builds
+    with each of ``build_threads`` (1 first, the baseline of the others' speed-up and runs); each search at
+    ``k`` by PISA says whether its run is Lucene's (both engines measured), each search of a many-thread Lucene
+    index whether its run is the one-thread index's."""
     folder = work / "vectors"
     written = run_stage("write", documents, _write_job, statistics, documents, folder)
     written.size_bytes = _folder_bytes(folder)
     record(written)
     record(run_stage("fingerprint+statistics", documents, _scan_job, folder))
     builds = {threads: run_stage(f"index lucene t={threads}", documents, _lucene_job, folder, work / f"lucene-{threads}",
-                                 threads) for threads in build_threads}
+                                 threads) for threads in build_threads if "lucene" in engines}
     for build in builds.values():
         build.figures = {**(build.figures or {}), **scaling(build.figures or {}, builds[1].figures or {})}
         record(build)
     pisa_builds = {threads: run_stage(f"index pisa t={threads}", documents, _pisa_job, folder, work / f"pisa-{threads}",
-                                      threads) for threads in build_threads}
+                                      threads) for threads in build_threads if "pisa" in engines}
     for threads, build in pisa_builds.items():
         build.figures = {**(build.figures or {}), **scaling(build.figures or {}, pisa_builds[1].figures or {}),
                          **({"index_identical": same_files(work / f"pisa-{threads}", work / "pisa-1")} if threads > 1 else {})}
         record(build)
     for k in KS:
-        runs = {engine: work / f"{engine}-{k}.trec" for engine in ENGINES}
-        indexes = {"lucene": work / "lucene-1", "pisa": work / "pisa-1"}
-        searches = [run_stage(f"search {engine} k={k}", documents, _search_job, engine, indexes[engine], queries_path,
-                              k, runs[engine]) for engine in ENGINES]
-        identical = runs["lucene"].read_bytes() == runs["pisa"].read_bytes()
-        searches[-1].figures = {**(searches[-1].figures or {}), "runs_identical": identical}
+        runs = {engine: work / f"{engine}-{k}.trec" for engine in engines}
+        searches = [run_stage(f"search {engine} k={k}", documents, _search_job, engine, work / f"{engine}-1",
+                              queries_path, k, runs[engine]) for engine in engines]
+        if len(runs) == len(ENGINES):
+            identical = runs["lucene"].read_bytes() == runs["pisa"].read_bytes()
+            searches[-1].figures = {**(searches[-1].figures or {}), "runs_identical": identical}
         for figure in searches:
             record(figure)
-        for threads in build_threads[1:]:
+        for threads in build_threads[1:] if "lucene" in engines else []:
             run = work / f"lucene-t{threads}-{k}.trec"
             search = run_stage(f"search lucene k={k} t={threads}", documents, _search_job, "lucene",
                                work / f"lucene-{threads}", queries_path, k, run)
             search.figures = {**(search.figures or {}), "runs_identical": run.read_bytes() == runs["lucene"].read_bytes()}
             record(search)
-    record(run_stage("evaluate", documents, _evaluate_job, work / "lucene-1000.trec", documents))
+    record(run_stage("evaluate", documents, _evaluate_job, work / f"{engines[0]}-1000.trec", documents))
 
 
 def scaling(build: dict, one_thread: dict) -> dict[str, float]:
@@ -363,15 +369,17 @@ def print_builds(figures: list[StageFigures]) -> None:
               + " ".join(f"{text:>11}" for text in identical))
 
 
-def bench_scale(vectors_dir: Path, queries_path: Path, sizes: list[int], output: Path, build_threads: list[int]) -> int:
-    """Measure every size, the Lucene build with each of ``build_threads`` (1 is added: the baseline); write
-    ``output``/scale.json and print the tables. Exit 1 when runs differ."""
+def bench_scale(vectors_dir: Path, queries_path: Path, sizes: list[int], output: Path, build_threads: list[int],
+                engines: Sequence[str] = ENGINES) -> int:
+    """Measure every size, each of ``engines``' builds with each of ``build_threads`` (1 is added: the baseline);
+    write ``output``/scale.json and print the tables. Exit 1 when runs differ."""
     build_threads = sorted({1, *build_threads})
     print(machine_line())
     statistics = fit_statistics(vectors_dir)
     print(statistics.describe())
     print(f"queries: {len(read_query_vectors(queries_path))} from {queries_path}, one thread, k {', '.join(map(str, KS))}; "
-          f"Lucene builds with {', '.join(map(str, build_threads))} threads, vector files of {SHARD_DOCUMENTS:,} documents")
+          f"{' and '.join(engines)} builds with {', '.join(map(str, build_threads))} threads, vector files of "
+          f"{SHARD_DOCUMENTS:,} documents")
     figures: list[StageFigures] = []
     output.mkdir(parents=True, exist_ok=True)
 
@@ -383,7 +391,7 @@ def bench_scale(vectors_dir: Path, queries_path: Path, sizes: list[int], output:
         work = output / f"work-{documents}"
         shutil.rmtree(work, ignore_errors=True)
         try:
-            measure_size(statistics, documents, queries_path, work, record, build_threads)
+            measure_size(statistics, documents, queries_path, work, record, build_threads, engines)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     exponents = growth_exponents(figures)
@@ -392,8 +400,8 @@ def bench_scale(vectors_dir: Path, queries_path: Path, sizes: list[int], output:
     differing = [f"{figure.documents} documents, {figure.stage}" for figure in figures
                  if False in ((figure.figures or {}).get("runs_identical"), (figure.figures or {}).get("index_identical"))]
     print(f"runs: DIFFER ({'; '.join(differing)})" if differing else
-          "runs: Lucene's and PISA's identical at every size and k (same documents, scores and order), and every "
-          "Lucene build's runs and every PISA build's index files the one-thread build's")
+          "runs: Lucene's and PISA's identical at every size and k where both ran (same documents, scores and "
+          "order), and every Lucene build's runs and every PISA build's index files the one-thread build's")
     return EXIT_MISMATCH if differing else EXIT_OK
 
 

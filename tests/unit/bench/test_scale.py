@@ -98,6 +98,28 @@ def test_every_stage_at_two_sizes_with_identical_runs(tmp_path, capsys):
     assert "identical at every size" in out and "docs/s/thread" in out
 
 
+@pytest.mark.slow
+def test_one_engine_alone_is_measured_without_the_other(tmp_path, capsys):
+    """``--engines lucene``: only Lucene's builds and searches (the 10^6 run of docs/scale.md), no comparison."""
+    source = write_source(tmp_path / "source")
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text(json.dumps({"id": "q0", "vector": {TERMS[0]: 3}}) + "\n")
+    output = tmp_path / "scale"
+    assert bench(["scale", "--vectors", str(source), "--queries", str(queries), "--sizes", "200", "--build-threads", "1",
+                  "--engines", "lucene", "--output", str(output)]) == 0
+    stages = [stage["stage"] for stage in json.loads((output / "scale.json").read_text())["stages"]]
+    assert stages == ["write", "fingerprint+statistics", "index lucene t=1", "search lucene k=10", "search lucene k=1000",
+                      "evaluate"]
+    assert "lucene builds" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("engines", ["", "lucene,bm25", "LUCENE"])
+def test_engines_out_of_the_list_are_refused_before_work(tmp_path, capsys, engines):
+    with pytest.raises(SystemExit) as exit_info:
+        bench(["scale", "--vectors", str(tmp_path), "--queries", str(tmp_path / "q.jsonl"), "--engines", engines])
+    assert exit_info.value.code == 2 and "--engines" in capsys.readouterr().err
+
+
 def test_build_threads_default_to_powers_of_two_up_to_every_core():
     from vtrepro.bench.command import _powers_of_two
 
