@@ -252,9 +252,9 @@ def build_impact_index(vectors_dir: str | Path, index_dir: str | Path, threads: 
 
     ``threads`` are processes: the vector files are split into that many contiguous parts of about equal
     bytes (:func:`vtrepro.index.parts.split_files`; never more parts than files, nor parts of under
-    ``min_part_bytes``), each indexed by its own JVM
-    with one Anserini thread, and the parts' segments are then added to one index (Lucene's ``addIndexes``,
-    which copies them). Lucene's internal document order depends on the split, and no run does
+    ``min_part_bytes``), each indexed by its own JVM with one Anserini thread, and the parts' segments are
+    then added to one index (Lucene's ``addIndexes``, which copies them: the disk holds the index twice
+    while it does). Lucene's internal document order depends on the split, and no run does
     (:func:`vtrepro.search.runs.search_until_complete`).
     """
     files = vector_files(vectors_dir)
