@@ -321,10 +321,12 @@ def _index_part(number: int, files: list[Path], part_index: Path, source: str, i
 
 def _add_indexes(part_indexes: list[Path], index: Path) -> None:
     """One index at ``index`` holding every segment of ``part_indexes``, in their order (Lucene's
-    ``addIndexes`` copies the segments, merging nothing)."""
+    ``addIndexes`` copies the segments; with no merge policy nothing is merged after, where the default policy
+    would merge ten or more parts' segments)."""
     fs_directory, paths = java_class("org.apache.lucene.store.FSDirectory"), java_class("java.nio.file.Paths")
     config = java_class("org.apache.lucene.index.IndexWriterConfig")()
     config.setOpenMode(java_class("org.apache.lucene.index.IndexWriterConfig$OpenMode").CREATE)
+    config.setMergePolicy(java_class("org.apache.lucene.index.NoMergePolicy").INSTANCE)  # addIndexes would merge 10+
     sources = [fs_directory.open(paths.get(java_path(part))) for part in part_indexes]
     with java_errors(index, "the parts' indexes could not be joined; check the disk",
                      lambda causes: _disk_full_reason(index, causes)):

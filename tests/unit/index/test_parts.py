@@ -1,10 +1,11 @@
 """Index builds split over spawned processes (vtrepro.index.parts): parts, results, failures, progress, memory."""
 import os
+import shutil
 
 import pytest
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.index.lucene import _part_memory_buffer_mb, check_index_folder
+from vtrepro.index.lucene import _add_indexes, _part_memory_buffer_mb, check_index_folder, index_stats
 from vtrepro.index.parts import in_processes, split_files
 
 
@@ -51,3 +52,13 @@ def test_a_small_collection_takes_fewer_parts_than_threads(tmp_path):
     assert split_files(files, 4, min_part_bytes=1000) == [files]  # 400 bytes: one process
     assert len(split_files(files, 4, min_part_bytes=200)) == 2
     assert len(split_files(files, 4)) == 4
+
+
+def test_joining_many_parts_keeps_every_segment_and_merges_none(impact_index, tmp_path):
+    """Twelve parts (Lucene's default merge policy would merge ten or more segments after addIndexes) give one
+    index of twelve segments holding every part's documents."""
+    index, stats = impact_index
+    parts = [shutil.copytree(index, tmp_path / f"part-{number}") for number in range(12)]
+    _add_indexes(parts, tmp_path / "joined")
+    assert len(list((tmp_path / "joined").glob("*.si"))) == 12
+    assert index_stats(tmp_path / "joined")["documents"] == 12 * stats["documents"]
