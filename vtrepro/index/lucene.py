@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from vtrepro.core.anserini import newer_lucene_fix
 from vtrepro.core.cli import DEFAULT_THREADS, add_output_folder, add_renamed, add_threads, add_vectors, cli_entry, command_parser
@@ -444,9 +444,23 @@ def index_stats(index_dir: str | Path) -> dict[str, int]:
         reader = utils.getReader(path)
     try:
         stats = utils.getIndexStats(reader)
-        return {key: int(stats.get(key)) for key in ("documents", "non_empty_documents", "unique_terms", "total_terms")}
+        counted = {key: int(stats.get(key)) for key in ("documents", "non_empty_documents", "unique_terms", "total_terms")}
+        if counted["unique_terms"] < 0:  # Lucene keeps a term count per segment only: Anserini says -1 for several
+            counted["unique_terms"] = _distinct_terms(reader)
+        return counted
     finally:
         reader.close()
+
+
+def _distinct_terms(reader: Any) -> int:
+    """The distinct terms of Anserini's ``contents`` field over every segment of ``reader``."""
+    terms = java_class("org.apache.lucene.index.MultiTerms").getTerms(reader, "contents")
+    if terms is None:
+        return 0
+    iterator, count = terms.iterator(), 0
+    while iterator.next() is not None:
+        count += 1
+    return count
 
 
 def check_against_manifest(stats: dict[str, int], manifest: dict) -> None:

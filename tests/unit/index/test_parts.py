@@ -56,9 +56,11 @@ def test_a_small_collection_takes_fewer_parts_than_threads(tmp_path):
 
 def test_joining_many_parts_keeps_every_segment_and_merges_none(impact_index, tmp_path):
     """Twelve parts (Lucene's default merge policy would merge ten or more segments after addIndexes) give one
-    index of twelve segments holding every part's documents."""
+    index of twelve segments holding every part's documents, and its statistics count the terms of them all."""
     index, stats = impact_index
     parts = [shutil.copytree(index, tmp_path / f"part-{number}") for number in range(12)]
     _add_indexes(parts, tmp_path / "joined")
     assert len(list((tmp_path / "joined").glob("*.si"))) == 12
-    assert index_stats(tmp_path / "joined")["documents"] == 12 * stats["documents"]
+    joined = index_stats(tmp_path / "joined")
+    assert joined["documents"] == 12 * stats["documents"]
+    assert joined["unique_terms"] == stats["unique_terms"] > 0  # counted over the segments (Anserini says -1)
