@@ -13,6 +13,7 @@ per stage and size, and each stage's growth exponent (the slope of log seconds o
 """
 from __future__ import annotations
 
+import filecmp
 import json
 import multiprocessing
 import resource
@@ -156,8 +157,15 @@ class StageFigures:
 
 
 def _peak_rss_bytes() -> int:
-    """The largest peak resident memory of one process: the stage's own, or one it spawned (a build's part)."""
-    return max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) * 1024
+    """The largest peak resident memory of one process: the stage's own, or one it spawned (a build's part).
+
+    The stage's own is Linux's ``VmHWM``, the peak of this program image: ``ru_maxrss`` would also keep the
+    parent's resident size at the fork that started it (Linux carries it across exec)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    status = Path("/proc/self/status")
+    if status.exists():
+        own = next(int(line.split()[1]) * 1024 for line in status.read_text().splitlines() if line.startswith("VmHWM:"))
+    return max(own, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
 
 
 def _folder_bytes(folder: Path) -> int:
@@ -239,10 +247,11 @@ def _pisa_job(folder: Path, index: Path, threads: int) -> tuple[int, dict]:
 
 
 def same_files(folder: Path, other: Path) -> bool:
-    """Whether two folders hold the same file names with the same bytes."""
+    """Whether two folders hold the same file names with the same bytes (compared in chunks: the bench's own
+    memory stays small, and every stage it starts after would otherwise count it)."""
     names = sorted(path.name for path in folder.iterdir())
     return names == sorted(path.name for path in other.iterdir()) and all(
-        (folder / name).read_bytes() == (other / name).read_bytes() for name in names)
+        filecmp.cmp(folder / name, other / name, shallow=False) for name in names)
 
 
 def _search_job(engine: str, index: Path, queries_path: Path, k: int, run_path: Path) -> tuple[None, dict]:

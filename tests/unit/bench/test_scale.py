@@ -1,12 +1,14 @@
 """``bench scale``: synthetic collections drawn from a real encoding's statistics, and every stage after encoding
 measured on them (both engines' runs identical)."""
 import json
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import pytest
 
 from vtrepro.bench.command import main as bench
-from vtrepro.bench.scale import fit_statistics, growth_exponents, run_stage, write_collection
+from vtrepro.bench.scale import _peak_rss_bytes, fit_statistics, growth_exponents, run_stage, write_collection
 from vtrepro.encode.reader import read_vectors, vector_files
 
 TERMS = [f"t{index}" for index in range(40)] + ["caf\u00e9", "%25x"]
@@ -143,3 +145,12 @@ def test_fitting_holds_the_distinct_impacts_not_a_histogram_up_to_the_largest(tm
         + json.dumps({"id": "b", "contents": "", "vector": {"y": 3}}) + "\n", encoding="utf-8")
     statistics = fit_statistics(folder)
     assert statistics.impact_values.tolist() == [3, 2**31 - 1] and statistics.impact_counts.tolist() == [2, 1]
+
+
+def test_a_stage_reports_its_own_peak_memory_not_its_parents():
+    """Linux carries a parent's resident size at the fork across exec into ``ru_maxrss``; a stage started by a
+    bench holding much memory must still report its own peak."""
+    held = bytearray(512 * 2**20)  # the parent's 512 MB, touched
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        child_peak = pool.submit(_peak_rss_bytes).result()
+    assert len(held) and child_peak < 400 * 2**20
