@@ -6,12 +6,12 @@ thread for the same documents (``docs/scale.md``), while two JVMs each indexing 
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from itertools import accumulate
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Sequence
-
-import numpy as np
 
 POLL_S = 0.5
 """How often a caller following the parts' progress is told."""
@@ -21,12 +21,12 @@ def split_files(files: Sequence[Path], parts: int, min_part_bytes: int = 1) -> l
     """``files`` in at most ``parts`` contiguous runs of about equal bytes, in order (none empty, and no more
     runs than ``min_part_bytes`` fit in the files' bytes: at least one): each run ends at the file boundary
     nearest its share of the bytes."""
-    ends = np.cumsum([0, *(path.stat().st_size for path in files)])  # ends[j]: bytes of the first j files
-    parts = max(1, min(parts, int(ends[-1]) // min_part_bytes))
+    ends = list(accumulate((path.stat().st_size for path in files), initial=0))  # ends[j]: bytes of the first j files
+    parts = max(1, min(parts, ends[-1] // min_part_bytes))
     bounds = [0]
     for share in range(1, parts):
         target = ends[-1] * share / parts
-        after = int(np.searchsorted(ends, target, side="right"))  # ends[after - 1] <= target < ends[after]
+        after = bisect_right(ends, target)  # ends[after - 1] <= target < ends[after]
         nearest = after if after < len(ends) and ends[after] - target < target - ends[after - 1] else after - 1
         bounds.append(max(bounds[-1], min(nearest, len(files))))
     bounds.append(len(files))
