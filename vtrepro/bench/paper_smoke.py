@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import resource
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from vtrepro.bench.machine import peak_rss_bytes
 from vtrepro.core.checkpoints import save_checkpoint
 
 
@@ -117,7 +117,7 @@ def run_smoke(size: SmokeSize, target: Path, work: Path, data_dir: str | None) -
         "splade_seconds_per_step": training["train_seconds"] / size.splade_steps, "device": training["device"],
         "dtype": size.dtype, "batch_size": size.batch_size, "max_length": size.max_length,
         "gpu_peak_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None,
-        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        "peak_rss_gib": peak_rss_bytes() / 2**30,
     }
 
 

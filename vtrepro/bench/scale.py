@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from vtrepro.bench.machine import machine_line
+from vtrepro.bench.machine import machine_line, peak_rss_bytes
 from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
 from vtrepro.core.io import atomic_write
 from vtrepro.encode.folder import EncodedFolder
@@ -157,15 +157,8 @@ class StageFigures:
 
 
 def _peak_rss_bytes() -> int:
-    """The largest peak resident memory of one process: the stage's own, or one it spawned (a build's part).
-
-    The stage's own is Linux's ``VmHWM``, the peak of this program image: ``ru_maxrss`` would also keep the
-    parent's resident size at the fork that started it (Linux carries it across exec)."""
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    status = Path("/proc/self/status")
-    if status.exists():
-        own = next(int(line.split()[1]) * 1024 for line in status.read_text().splitlines() if line.startswith("VmHWM:"))
-    return max(own, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+    """The largest peak resident memory of one process: the stage's own, or one it spawned (a build's part)."""
+    return max(peak_rss_bytes(), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
 
 
 def _folder_bytes(folder: Path) -> int:

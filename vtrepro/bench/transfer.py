@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import random
-import resource
 import string
 import time
 from typing import Any
@@ -18,6 +17,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
 
+from vtrepro.bench.machine import peak_rss_bytes
 from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK
 from vtrepro.vocabulary.transfer import TransferOptions, transfer_vocabulary
 
@@ -78,8 +78,8 @@ def synthetic_tokenizers(
 
 
 def peak_rss_gb() -> float:
-    """Peak resident memory of this process (Linux reports kilobytes)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    """Peak resident memory of this process, GiB."""
+    return peak_rss_bytes() / 2**30
 
 
 def bench_transfer(

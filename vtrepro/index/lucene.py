@@ -232,6 +232,8 @@ def is_lucene_index(folder: str | Path) -> bool:
     return any(Path(folder).glob("segments_*"))
 
 
+CONTENTS_FIELD = "contents"  # Anserini's Constants.CONTENTS and Constants.ID
+ID_FIELD = "id"
 IMPACT_OPTIONS = ["-impact", "-pretokenized"]
 MIN_PART_BYTES = 32 * 2**20
 """The least vector bytes worth a process of their own (about 8,000 documents at splade-tiny's density, 13 s of
@@ -454,7 +456,7 @@ def index_stats(index_dir: str | Path) -> dict[str, int]:
 
 def _distinct_terms(reader: Any) -> int:
     """The distinct terms of Anserini's ``contents`` field over every segment of ``reader``."""
-    terms = java_class("org.apache.lucene.index.MultiTerms").getTerms(reader, "contents")
+    terms = java_class("org.apache.lucene.index.MultiTerms").getTerms(reader, CONTENTS_FIELD)
     if terms is None:
         return 0
     iterator, count = terms.iterator(), 0

@@ -15,10 +15,8 @@ from vtrepro.core.io import write_jsonl
 from vtrepro.core.java import java_class, start_jvm
 from vtrepro.core.progress import Progress
 from vtrepro.encode.reader import Vector
-from vtrepro.index.lucene import check_index_folder, index_errors
+from vtrepro.index.lucene import CONTENTS_FIELD, ID_FIELD, check_index_folder, index_errors
 
-CONTENTS_FIELD = "contents"  # Anserini's Constants.CONTENTS and Constants.ID
-ID_FIELD = "id"
 NO_MORE_DOCS = 2**31 - 1  # Lucene's DocIdSetIterator.NO_MORE_DOCS
 
 
