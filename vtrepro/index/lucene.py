@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from vtrepro.core.anserini import newer_lucene_fix
 from vtrepro.core.cli import DEFAULT_THREADS, add_output_folder, add_renamed, add_threads, add_vectors, cli_entry, command_parser
@@ -353,6 +353,56 @@ def build_bm25_index(documents: Iterable[tuple[str, str]], index_dir: str | Path
         count = _deal_documents(documents, work / "input", threads)
         return _run_indexer("JsonCollection", work / "input", Path(index_dir), work, threads, ["-storeRaw"],
                             IndexInput(f"{index_dir} (BM25 documents)", count, allow_empty=True))
+
+
+PRETOKENIZED_OPTIONS = ["-pretokenized", "-storeRaw"]
+MAX_TERM_CHARS = 255
+"""The longest term Lucene's ``WhitespaceAnalyzer`` (``-pretokenized``) keeps whole, in UTF-16 code units: it cuts
+a longer run of non-space characters into several terms."""
+
+
+def check_terms(what: str, terms: Sequence[str]) -> Sequence[str]:
+    """``terms`` when each is a non-empty string without whitespace of at most :data:`MAX_TERM_CHARS` UTF-16 units,
+    so that Lucene's whitespace analysis gives back exactly these terms; else one line naming ``what`` (a
+    document or query) and the first bad term. A string in place of the list is refused (its characters would be
+    the terms). Whitespace is what Python's ``str.isspace`` says, which holds everything Java's
+    ``Character.isWhitespace`` splits on (and a few more: no-break spaces, U+0085)."""
+    if isinstance(terms, (str, bytes)):
+        raise VtreproError(f"{what}: terms must be a list of strings, not one {type(terms).__name__} "
+                           f"({str(terms)[:40]!r}); split it into its terms")
+    for position, term in enumerate(terms):
+        problem = (f"is a {type(term).__name__}, not a string" if not isinstance(term, str) else
+                   "is empty" if not term else
+                   "holds whitespace" if any(character.isspace() for character in term) else
+                   f"is longer than {MAX_TERM_CHARS} UTF-16 units (Lucene would cut it)"
+                   if len(term.encode("utf-16-le", "surrogatepass")) // 2 > MAX_TERM_CHARS else None)
+        if problem:
+            raise VtreproError(f"{what}: term {position} ({str(term)[:40]!r}) {problem}; pretokenized terms must be "
+                               f"non-empty, without whitespace, at most {MAX_TERM_CHARS} characters")
+    return terms
+
+
+def build_pretokenized_bm25_index(documents: Iterable[tuple[str, Sequence[str]]], index_dir: str | Path,
+                                  threads: int = DEFAULT_THREADS) -> dict[str, int]:
+    """BM25 index of ``(doc_id, terms)`` pairs whose terms are taken as they are; returns its stats (as
+    :func:`build_bm25_index`: ``documents``, ``non_empty_documents``, ``unique_terms``, ``total_terms``).
+
+    The terms are joined by single spaces and Anserini indexes them with ``-pretokenized`` (Lucene's
+    ``WhitespaceAnalyzer``: no lowercasing, stemming or stopwords; ``Apple`` and ``apple`` are two terms), raw
+    JSON stored as :func:`build_bm25_index` does; search it with
+    :func:`vtrepro.search.lucene.search_pretokenized_bm25`. A term that is not a non-empty string without
+    whitespace of at most :data:`MAX_TERM_CHARS` characters is refused (:func:`check_terms`: one line naming
+    the document), and no index is written. A document with no terms is not indexed, as
+    :func:`build_bm25_index` skips a document without text (Anserini skips it; one warning line counts them):
+    it is in no run and in neither ``documents`` nor BM25's document count."""
+    def joined() -> Iterator[tuple[str, str]]:
+        for doc_id, terms in documents:
+            yield doc_id, " ".join(check_terms(f"document '{doc_id}'", terms))
+
+    with _work_folder(Path(index_dir)) as work:
+        count = _deal_documents(joined(), work / "input", threads)
+        return _run_indexer("JsonCollection", work / "input", Path(index_dir), work, threads, PRETOKENIZED_OPTIONS,
+                            IndexInput(f"{index_dir} (pretokenized BM25 documents)", count, allow_empty=True))
 
 
 def _deal_documents(documents: Iterable[tuple[str, str]], folder: Path, parts: int) -> int:

@@ -1,9 +1,11 @@
 """Impact and BM25 search with Anserini (Lucene): the reference engine.
 
 :func:`search_impact` scores each document by the exact integer dot product of its and the query's
-vector; :func:`search_bm25` ranks by BM25 with Anserini's default analyzer. Anserini lowers tied scores
-by a few ulps to encode its docid tie-break, and that adjustment is undone here, since every impact
-score is an integer by construction; the order and cut are :func:`vtrepro.search.runs.top_hits`'.
+vector; :func:`search_bm25` ranks by BM25 with Anserini's default analyzer, and
+:func:`search_pretokenized_bm25` by BM25 over terms taken as they are (an index of
+:func:`vtrepro.index.lucene.build_pretokenized_bm25_index`). Anserini lowers tied scores by a few ulps to
+encode its docid tie-break, and that adjustment is undone here, since every impact score is an integer by
+construction; the order and cut are :func:`vtrepro.search.runs.top_hits`'.
 
 Runs do not depend on how the index was built (threads, segments, merged or not). Anserini (1.6, 1.7) sorts
 a Lucene 9 index's hits by score then the ``id`` field, so its top ``depth`` is already the top by score then
@@ -15,16 +17,17 @@ The ``search`` command (:mod:`vtrepro.search.command`) runs either this engine o
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from vtrepro.core.cli import DEFAULT_THREADS
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.java import java_class
 from vtrepro.core.progress import Progress
 from vtrepro.encode.reader import MAX_IMPACT
-from vtrepro.index.lucene import index_errors, verified_index
+from vtrepro.index.lucene import check_terms, index_errors, verified_index
 from vtrepro.search.runs import (
     Bm25Options,
     Hits,
@@ -105,11 +108,58 @@ def search_bm25(
 ) -> Run:
     """BM25 search with Anserini's default analyzer (``timing`` as for :func:`search_impact`)."""
     qids = list(queries)
+    with _bm25_searcher(index_dir, k1, b) as searcher:
+        return _search_all(searcher, [queries[qid] for qid in qids], qids, k, threads, remove_query_id, False, timing)
+
+
+WHITESPACE_ANALYZER = "org.apache.lucene.analysis.core.WhitespaceAnalyzer"
+"""The analyzer Anserini's ``-pretokenized`` indexes with (Lucene 9 and 10 alike): terms split on whitespace, kept
+as they are."""
+
+
+def search_pretokenized_bm25(
+    index_dir: str | Path,
+    queries: Mapping[str, Sequence[str]],
+    k: int = SearchOptions.k,
+    threads: int = DEFAULT_THREADS,
+    k1: float = Bm25Options.k1,
+    b: float = Bm25Options.b,
+    remove_query_id: bool = True,
+    timing: SearchTiming | None = None,
+) -> Run:
+    """BM25 search of a :func:`vtrepro.index.lucene.build_pretokenized_bm25_index` index with each query's terms
+    taken as they are (``timing`` as for :func:`search_impact`).
+
+    Anserini's ``SimpleSearcher`` searches with Lucene's ``WhitespaceAnalyzer`` (the one ``-pretokenized``
+    indexed with) and its bag-of-words query: one clause per distinct term, boosted by how often the query
+    holds it, so a term given twice scores twice (BM25's query-term frequency, as Anserini counts a repeated word
+    of a text query). The terms are checked as the index's are (:func:`vtrepro.index.lucene.check_terms`: one line
+    naming the query); a query of no terms, or of terms no document holds, has no hits. A query of more distinct
+    terms than Lucene's clause limit (1024) raises that limit, as :func:`search_impact` does. Scores are Anserini's
+    as :func:`search_bm25` returns them (and Pyserini's ``LuceneSearcher`` with that analyzer): Lucene's BM25
+    rounded to four decimals, documents tied there lowered by 1e-6 each in document id order. Runs are by score,
+    ties by document id, whatever the threads or the index's segments (:func:`_search_all`)."""
+    texts = {qid: " ".join(check_terms(f"query '{qid}'", terms)) for qid, terms in queries.items()}
+    longest = max((len(set(terms)) for terms in queries.values()), default=0)
+    index_searcher = java_class("org.apache.lucene.search.IndexSearcher")
+    if longest > index_searcher.getMaxClauseCount():
+        index_searcher.setMaxClauseCount(longest)
+    qids = list(texts)
+    with _bm25_searcher(index_dir, k1, b, java_class(WHITESPACE_ANALYZER)()) as searcher:
+        return _search_all(searcher, [texts[qid] for qid in qids], qids, k, threads, remove_query_id, False, timing)
+
+
+@contextlib.contextmanager
+def _bm25_searcher(index_dir: str | Path, k1: float, b: float, analyzer: Any = None) -> Iterator[Any]:
+    """Anserini's ``SimpleSearcher`` on the verified index, scoring BM25 with ``k1`` and ``b``, analyzing queries
+    with its default analyzer or ``analyzer``; closed after the block."""
     with index_errors(index_dir):
         searcher = java_class("io.anserini.search.SimpleSearcher")(verified_index(index_dir))
     try:
+        if analyzer is not None:
+            searcher.set_analyzer(analyzer)
         searcher.set_bm25(float(k1), float(b))
-        return _search_all(searcher, [queries[qid] for qid in qids], qids, k, threads, remove_query_id, False, timing)
+        yield searcher
     finally:
         searcher.close()
 
