@@ -1,6 +1,7 @@
 """Pyserini's own LuceneImpactSearcher on vtrepro's indexes through vtrepro.search.pyserini: started on
 vtrepro's JVM without an OpenAI key, fed vtrepro's exact query vectors, it returns vtrepro's run. Pyserini 2.4
-reads its prebuilt-index catalogue from GitHub when pyserini.search is imported: offline, those tests skip."""
+reads its prebuilt-index catalogue from GitHub when pyserini.search is imported: offline, those tests skip.
+Pyserini's LuceneSearcher with a whitespace analyzer searches a pretokenized BM25 index as vtrepro does."""
 import json
 import os
 
@@ -12,8 +13,8 @@ from vtrepro.core.anserini import installed_release
 from vtrepro.core.errors import VtreproError
 from vtrepro.encode.reader import read_query_vectors
 from vtrepro.encode.vectors import escape_term
-from vtrepro.index.lucene import build_impact_index
-from vtrepro.search.lucene import search_impact
+from vtrepro.index.lucene import build_impact_index, build_pretokenized_bm25_index
+from vtrepro.search.lucene import search_impact, search_pretokenized_bm25
 from vtrepro.search.pyserini import (
     OPENAI_KEY_VARIABLE,
     EncodedQueries,
@@ -88,6 +89,31 @@ def test_pyserini_searches_escaped_terms_terms_every_document_holds_and_long_que
     assert hits_to_run(hits, 4) == search_impact(tmp_path / "index", {qid: vector for qid, (_, vector) in
                                                                       queries.items()}, k=4)
 
+
+
+def test_pyserini_searches_a_pretokenized_bm25_index_as_vtrepro_does(tmp_path, pyserini_search):
+    """Pyserini's own LuceneSearcher, given Lucene's whitespace analyzer and BM25, returns vtrepro's hits and
+    scores on a pretokenized index: case kept, a repeated query term counted, two tied documents in the same
+    order with Anserini's same tie nudge."""
+    from pyserini.analysis import JWhiteSpaceAnalyzer
+    from pyserini.search.lucene import LuceneSearcher
+
+    docs = {"d1": ["t1", "t2", "t2"], "d2": ["t2", "t3"], "d3": ["t1", "t1", "t1", "t3", "t4"],
+            "d4": ["Apple", "t4"], "d5": ["apple", "t4", "t4"], "d6": ["t3", "t5"], "d7": ["t3", "t5"]}
+    queries = {"q1": ["t1", "t4"], "q2": ["t2", "t2", "t3"], "q3": ["Apple", "t4"], "q4": ["apple"], "q5": ["t5"]}
+    build_pretokenized_bm25_index(docs.items(), tmp_path / "index")
+    run = search_pretokenized_bm25(tmp_path / "index", queries, k=len(docs), k1=1.2, b=0.75, remove_query_id=False)
+    searcher = LuceneSearcher(str(tmp_path / "index"))
+    try:
+        searcher.set_analyzer(JWhiteSpaceAnalyzer())
+        searcher.set_bm25(1.2, 0.75)
+        found = {qid: [(hit.docid, hit.score) for hit in searcher.search(" ".join(terms), k=len(docs))]
+                 for qid, terms in queries.items()}
+    finally:
+        searcher.close()
+    assert found == {qid: list(hits.items()) for qid, hits in run.items()}
+    assert found["q3"][0][0] == "d4" and [doc for doc, _ in found["q4"]] == ["d5"]  # 'Apple' only in d4
+    assert [doc for doc, _ in found["q5"]] == ["d6", "d7"]
 
 def test_encoded_queries_look_up_by_text_or_id_and_refuse_what_they_do_not_hold(tmp_path):
     path = _write_queries(tmp_path / "queries.jsonl", {"q1": ("paris ", {"paris": 2}), "q2": ("texas", {"texas": 1})})
