@@ -25,6 +25,7 @@ index           index.lucene             build an impact index: Lucene (Anserini
 export index    regress.export           prebuilt Lucene impact indexes (Anserini, Pyserini) of a spec's runs
 search          search.command           batch impact search into a TREC run
 evaluate        evaluate.trec            score a run with pytrec_eval; compare two runs
+gap             gap.command              the vocabulary gap: census, corpus figures, BM25 over tokens, integrity
 regress         regress.runner           run a regression spec and check every figure
 report          report.command           compare results with each other and with published tables
 

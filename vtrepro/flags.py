@@ -32,6 +32,8 @@ MEANINGS: dict[str, str] = {
     "--queries": "the queries file the command reads: texts where it encodes, query vectors where it searches",
     "--corpus": "a corpus file whose texts are read (JSONL or TSV)",
     "--model": "a model: checkpoint folder or Hub id",
+    "--tokenizer": "a tokenizer whose vocabulary is measured: a built-in vocabulary's name, or what --model takes; "
+                   "repeated to set vocabularies side by side",
     "--model-dir": "the folder of local model copies by Hub id (default $VTREPRO_MODELS)",
     "--data-dir": "the data root holding beir/<dataset> (default $VTREPRO_DATA)",
     "--dataset": "one BEIR dataset, by name or folder",

@@ -16,8 +16,8 @@ from pathlib import Path
 from helpers import REPO_ROOT
 
 PACKAGE_ROOT = REPO_ROOT / "vtrepro"
-LAYERS = ("core", "data", "model", "vocabulary", "encode", "index", "search", "evaluate", "training", "report", "regress",
-          "bench")
+LAYERS = ("core", "data", "model", "vocabulary", "encode", "index", "search", "evaluate", "training", "gap", "report",
+          "regress", "bench")
 """The subpackages from the bottom up: a module may import its own layer and those below it. Above them all is
 the entry point: the top-level modules (``vtrepro`` itself, the public API; ``vtrepro.__main__``, the command
 table; any other ``vtrepro/<name>.py``), which nothing in a layer may import."""
