@@ -42,6 +42,7 @@ class RunContext:
     strict: bool = False
     trust_remote_code: bool = False
     command: tuple[str, ...] = ()
+    datasets: str | None = None  # --datasets: the comma-separated subset of the spec's datasets to run
 
     @property
     def train_root(self) -> Path:

@@ -17,6 +17,7 @@ from ruamel.yaml.comments import CommentedMap
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write
 from vtrepro.core.schema import read_yaml, round_trip_yaml
+from vtrepro.gap.vocabularies import BUILT_IN
 from vtrepro.model.loading import looks_like_path
 from vtrepro.regress.cost import recipe_of_trained_folder
 from vtrepro.regress.spec import Spec
@@ -47,6 +48,18 @@ def _stand_in_models(spec: Spec, rehearsal: Rehearsal) -> None:
                 rehearsal.model(name)
         if condition.query_encoder == "idf" and condition.model and not condition.train:
             rehearsal.idf_table(condition.model)
+
+
+def _rehearse_gap(spec: Spec, document: CommentedMap, rehearsal: Rehearsal) -> None:
+    """The gap study on stand-in datasets, its tokenizers as they are (built-in vocabularies are files of installed
+    packages; a model's tokenizer is its stand-in's), its pins removed."""
+    assert spec.gap is not None
+    document["gap"].pop("pins", None)
+    for name in spec.gap.datasets:
+        rehearsal.dataset(name)
+    for name in dict.fromkeys([*spec.gap.tokenizers, *spec.gap.corpus_tokenizers]):
+        if name not in BUILT_IN:
+            rehearsal.model(name)
 
 
 def rehearsal_spec(spec: Spec, rehearsal: Rehearsal) -> Path:
@@ -81,6 +94,8 @@ def rehearsal_spec(spec: Spec, rehearsal: Rehearsal) -> Path:
             datasets[name] = CommentedMap({key: value for key, value in entry.items() if key not in PINS}) or None
             rehearsal.dataset(name)
     _stand_in_models(spec, rehearsal)
+    if spec.gap is not None:
+        _rehearse_gap(spec, document, rehearsal)
     encoder = ", ".join(f"{key} {value}" for key, value in REHEARSAL_ENCODER.items())
     rehearsal.scaled.append(f"{spec.name}: every impact condition's encoder: {encoder}; pins and published "
                             "references removed")

@@ -60,6 +60,7 @@ from vtrepro.regress.compare import (
 from vtrepro.regress.conditions import ConditionRunner, describe_source
 from vtrepro.regress.context import RunContext
 from vtrepro.regress.cost import encoding_cost, recipe_of_trained_folder
+from vtrepro.regress.gap import GapBlock, gap_rows, record_gap
 from vtrepro.regress.rehearsal import rehearsal_spec
 from vtrepro.regress.report import format_table, judged, tally, write_report
 from vtrepro.regress.sources import check_encoded, vector_sources
@@ -86,6 +87,7 @@ def selected_runs(spec: Spec, datasets: str | None) -> Iterable[tuple[Condition,
     if datasets:
         wanted = [name.strip() for name in datasets.split(",") if name.strip()]
         known = {dataset.name for condition in spec.conditions for dataset in condition.datasets}
+        known |= set(spec.gap.datasets if spec.gap else ())
         unknown = [name for name in wanted if name not in known]
         if unknown:
             raise VtreproError(
@@ -129,6 +131,8 @@ def describe_plan(spec: Spec, selected: list[tuple[Condition, DatasetRun]], cont
             f"  {condition.name} / {dataset.name} [{dataset.split}]: {what}; data "
             f"{'local' if local else 'to download'}; {pinned} pinned score(s), {len(dataset.reference)} published"
         )
+    if spec.gap is not None:
+        lines.append(describe_gap(spec.gap, gap_datasets(spec, context.datasets), context))
     lines += [f"missing: {problem}" for problem in problems.values()]
     lines += encoding_cost(spec, selected, context.model_dir) if cost else []
     return "\n".join(lines)
@@ -233,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.rehearse:
         spec, rehearsal = _rehearsal(spec, args)
     args.runs = args.runs or DEFAULT_RUNS
-    context = RunContext(output=args.runs, model_dir=args.model_dir, data_dir=args.data_dir, threads=args.threads,
+    context = RunContext(output=args.runs, datasets=args.datasets,
+                         model_dir=args.model_dir, data_dir=args.data_dir, threads=args.threads,
                          encode_processes=args.encode_procs, vectors=args.vectors,
                          reference_vectors=args.reference_vectors, record=args.record, strict=args.strict,
                          trust_remote_code=args.trust_remote_code, command=tuple(argv))
@@ -264,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     start_jvm()
 
     outcome = run_all(spec, selected, out_dir, context, sources, references, datasets)
+    if spec.gap is not None:
+        run_gap(spec, out_dir, context, outcome)
     rows, record_failure = outcome.rows, None
     if context.record and not outcome.errors:
         record_failure = _record(spec, outcome)
@@ -323,7 +330,10 @@ def _record(spec: Spec, outcome: Outcome) -> str | None:
     """Write the observed values into the spec; what went wrong, or None. A failure here comes after every
     run, so it is reported after their results and report are written, never instead of them."""
     try:
-        record_observed(spec.path, outcome.recorded)
+        if outcome.recorded or spec.conditions:
+            record_observed(spec.path, outcome.recorded)
+        if outcome.gap is not None:
+            record_gap(spec.path, outcome.gap)
     except (VtreproError, OSError) as error:
         return os_error_message(error) if isinstance(error, OSError) else " ".join(str(error).split())
     logger.info(f"recorded observed values into {spec.path}")
@@ -339,6 +349,46 @@ class Outcome:
     recorded: dict[tuple[str, str], dict] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     distributions: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # "condition/dataset" -> ...
+    gap: dict[str, dict] | None = None  # the figures of the spec's vocabulary-gap study, by part
+
+
+def gap_datasets(spec: Spec, wanted: str | None) -> list[str]:
+    """The gap study's datasets, those of ``--datasets`` alone when it is given."""
+    names = spec.gap.datasets if spec.gap else ()
+    chosen = {name.strip() for name in wanted.split(",")} if wanted else None
+    return [name for name in names if chosen is None or name in chosen]
+
+
+def describe_gap(block: GapBlock, datasets: list[str], context: RunContext) -> str:
+    return (f"  vocabulary gap: census of {', '.join(block.tokenizers)}; corpus, BM25 and integrity of "
+            f"{', '.join(block.corpus_tokenizers)} on {', '.join(datasets) or 'no dataset'} (CPU, minutes)")
+
+
+def run_gap(spec: Spec, out_dir: Path, context: RunContext, outcome: Outcome) -> None:
+    """Run the spec's vocabulary-gap study into ``<out_dir>/gap/`` (replaced) and judge its pins; a failure on bad
+    input is an ERROR row, as a run's is."""
+    from vtrepro.core.checkpoints import staged_folder
+    from vtrepro.gap.study import Study, run_study
+    from vtrepro.gap.vocabularies import load_vocabulary
+
+    assert spec.gap is not None
+    block = spec.gap
+    logger.info("[vocabulary gap] running")
+    try:
+        names = list(dict.fromkeys([*block.tokenizers, *block.corpus_tokenizers]))
+        vocabularies = {name: load_vocabulary(name, context.model_dir) for name in names}
+        datasets = [load_dataset(name, context.data_dir) for name in gap_datasets(spec, context.datasets)]
+        with staged_folder(out_dir / "gap", replace=True) as staging:
+            results = run_study(Study([vocabularies[name] for name in block.tokenizers], parts=("census",)), staging)
+            results.update(run_study(Study([vocabularies[name] for name in block.corpus_tokenizers], datasets,
+                                           parts=("corpus", "bm25", "integrity"), threads=context.threads), staging))
+    except (VtreproError, OSError) as error:
+        message = os_error_message(error) if isinstance(error, OSError) else " ".join(str(error).split())
+        outcome.errors.append(f"vocabulary gap: {message}")
+        outcome.rows.append(ResultRow("gap", "study", "run", "error", None, None, STATUS_ERROR, "", message))
+        return
+    outcome.gap = results
+    outcome.rows += gap_rows(block, results)
 
 
 def _agreement(condition: Condition, dataset_run: DatasetRun, observation: Observation,

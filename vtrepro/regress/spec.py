@@ -27,6 +27,7 @@ from vtrepro.encode.vectors import Quantization
 from vtrepro.evaluate.trec import DEFAULT_METRICS, parse_metric
 from vtrepro.model.loading import model_name_problem
 from vtrepro.model.options import EncoderOptions
+from vtrepro.regress.gap import GapBlock, load_gap_block
 from vtrepro.report.published import PublishedSystem, load_system
 from vtrepro.search.runs import Bm25Options, SearchOptions
 from vtrepro.training.stages import Stage, read_stage
@@ -35,7 +36,7 @@ from vtrepro.vocabulary.transfer import TransferOptions
 REGRESSIONS_DIR = SHIPPED_DIR
 INDEX_STATS = ("documents", "total_terms")
 
-_SPEC_KEYS = {"description", "defaults", "conditions"}
+_SPEC_KEYS = {"description", "defaults", "conditions", "gap"}
 _VECTOR_KEYS = ("corpus", "queries")
 # The keys a transfer block holds beside TransferOptions' (read as its ``extra`` keys; ``from`` is no Python name).
 _TRANSFER_SOURCE = {"source": Field(str, what="a checkpoint folder or Hub id, or {build: round_trip, from: MODEL}")}
@@ -161,6 +162,7 @@ class Spec:
     k: int
     metrics: tuple[str, ...]
     conditions: list[Condition]
+    gap: GapBlock | None = None  # the vocabulary-gap study the spec runs (vtrepro.regress.gap)
 
 
 def find_spec(spec: str) -> Path:
@@ -201,15 +203,18 @@ def load_spec(spec: str | Path) -> Spec:
         raise check.fail(defaults, "k" if "k" in defaults else "metrics",
                          f"defaults.k is {k} but {deepest} needs {parse_metric(deepest)[1]} hits per query; "
                          "raise k or lower the cutoff")
-    if not isinstance(document.get("conditions"), CommentedMap) or not document["conditions"]:
-        raise check.fail(document, "conditions", "'conditions' must map condition names to their settings")
+    gap = load_gap_block(check, document)
+    if (gap is None or "conditions" in document) and (not isinstance(document.get("conditions"), CommentedMap)
+                                                       or not document["conditions"]):
+        raise check.fail(document, "conditions", "'conditions' must map condition names to their settings "
+                                                     "(or give a 'gap' block alone)")
     conditions: list[Condition] = []
-    for name in document["conditions"]:
+    for name in document.get("conditions") or ():
         condition = _load_condition(check, document["conditions"], name, metrics, split, tolerance)
         _check_agreement(check, document["conditions"][name], condition, conditions)
         conditions.append(condition)
     description = check.value(document, "description", Field(str), "description") if "description" in document else ""
-    return Spec(path, path.stem, description, k, metrics, conditions)
+    return Spec(path, path.stem, description, k, metrics, conditions, gap)
 
 
 def _load_metrics(check: Checker, defaults: CommentedMap) -> tuple[str, ...]:

@@ -68,7 +68,7 @@ class ResultRow:
     dataset: str
     metric: str
     kind: str  # "vectors" (fingerprint), "index" (statistic), "score" (pinned), "reference" (published), "efficiency",
-    # "agreement" (vectors against another condition's)
+    # "agreement" (vectors against another condition's), "gap" (a figure of the spec's vocabulary-gap study)
     expected: float | int | str | None
     observed: float | int | str | None
     status: str
@@ -89,6 +89,7 @@ _VALUES: dict[str, tuple[str, dict[str, Any]]] = {
     "vectors": ("a fingerprint (hex digits)", {}),
     "efficiency": ("a number >= 0 or a device name", {"minimum": 0}),
     "agreement": ("a number >= 0", {"minimum": 0}),
+    "gap": ("a number >= 0", {"minimum": 0}),
     "error": ("null", {}),
 }
 """Every row kind regress writes, with the values it may hold."""
