@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+import warnings
 from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
@@ -201,7 +202,9 @@ def _png_and_svg(figure: Figure) -> tuple[bytes, bytes]:
     import matplotlib
     import matplotlib.pyplot as plt
 
-    figure.tight_layout()
+    with warnings.catch_warnings():  # a legend beside the axes may not fit tight_layout; bbox_inches="tight" fits it
+        warnings.filterwarnings("ignore", "Tight layout not applied", UserWarning)
+        figure.tight_layout()
     raster, vector = io.BytesIO(), io.BytesIO()
     figure.savefig(raster, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
     with matplotlib.rc_context({"svg.hashsalt": "vtrepro", "svg.fonttype": "path"}):

@@ -79,6 +79,7 @@ def build_report(results: list[Results], published: list[PublishedSystem], metri
     """The tables and figures of a report over ``results`` (``baseline``: a system label; default the first)."""
     from vtrepro.report import plots
 
+    gap = gap_sections([result.folder for result in results])  # a bad gap file fails before any figure is drawn
     systems = observed_systems(results)
     chosen = _baseline(systems, baseline)
     matrix = beir_matrix(systems, published, metric, chosen)
@@ -97,7 +98,7 @@ def build_report(results: list[Results], published: list[PublishedSystem], metri
             "training": ("training loss", plots.training_chart({label: value for label, value in losses.items() if value})),
         }
     figures = {name: (caption, png) for name, (caption, png) in drawn.items() if png is not None}
-    return Report(results, matrix, efficiency, figures, gap_sections([result.folder for result in results]))
+    return Report(results, matrix, efficiency, figures, gap)
 
 
 def gap_sections(folders: list[Path]) -> list[GapSection]:
