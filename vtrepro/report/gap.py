@@ -91,15 +91,15 @@ def gap_folder(results_folder: Path) -> Path | None:
     return folder if any((folder / name).exists() or (folder / name).is_symlink() for name in GAP_FILES) else None
 
 
-def figure_stems(index: int) -> list[str]:
-    """The figure stems of a report's ``index``-th gap section (0 first): ``gap-forms``, then ``gap-2-forms`` ..."""
-    prefix = "gap" if index == 0 else f"gap-{index + 1}"
+def figure_stems(position: int) -> list[str]:
+    """The figure stems of a report's gap section at ``position`` (0 first): ``gap-forms``, then ``gap-2-forms`` ..."""
+    prefix = "gap" if position == 0 else f"gap-{position + 1}"
     return [f"{prefix}-{name}" for name in GAP_FIGURES]
 
 
-def gap_section(results_folder: Path, index: int = 0) -> GapSection | None:
+def gap_section(results_folder: Path, position: int = 0) -> GapSection | None:
     """The vocabulary gap section of a results folder (``<results_folder>/gap/``), or None when it has none;
-    ``index`` numbers its figures (:func:`figure_stems`). Every figure is drawn inside
+    ``position`` (the section's place in the report) names its figures (:func:`figure_stems`). Every figure is drawn inside
     :func:`vtrepro.report.plots.drawing`."""
     from vtrepro.report import plots
 
@@ -112,7 +112,7 @@ def gap_section(results_folder: Path, index: int = 0) -> GapSection | None:
     runs = _bm25(_Checker(folder / BM25_NAME), bm25) if bm25 is not None else []
     entries = _integrity(_Checker(folder / INTEGRITY_NAME), integrity) if integrity is not None else []
     tables = [*_census_tables(tokenizers), *_corpus_tables(figures), *_bm25_tables(runs), *_integrity_tables(entries)]
-    stems = dict(zip(GAP_FIGURES, figure_stems(index)))
+    stems = dict(zip(GAP_FIGURES, figure_stems(position)))
     with plots.drawing():
         drawn = {stems["forms"]: _forms_chart(tokenizers), stems["variants"]: _variants_chart(tokenizers),
                  stems["matches"]: _matches_chart(figures), stems["bm25"]: _bm25_chart(runs)}
