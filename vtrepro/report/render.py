@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import html
+import logging
 import math
 import re
 import signal
@@ -41,6 +42,8 @@ from vtrepro.report.tables import (
 # purpose: `report --help` and `regress --help` stay fast.
 if TYPE_CHECKING:
     import pandas as pd
+
+logger = logging.getLogger(__name__)
 
 FIGURES_DIRNAME = "figures"
 FIGURE_NAMES = ("scores", "retention", "cost", "terms", "calibration", "training")
@@ -75,11 +78,13 @@ class Report:
 
 
 def build_report(results: list[Results], published: list[PublishedSystem], metric: str = DEFAULT_METRIC,
-                 baseline: str | None = None) -> Report:
-    """The tables and figures of a report over ``results`` (``baseline``: a system label; default the first)."""
+                 baseline: str | None = None, *, lenient_gap: bool = False) -> Report:
+    """The tables and figures of a report over ``results`` (``baseline``: a system label; default the first), with
+    the vocabulary gap section of each folder holding ``gap/``; a bad gap file fails the report, or with
+    ``lenient_gap`` leaves that section out with a warning."""
     from vtrepro.report import plots
 
-    gap = gap_sections([result.folder for result in results])  # a bad gap file fails before any figure is drawn
+    gap = gap_sections([result.folder for result in results], lenient_gap)  # checked before any figure is drawn
     systems = observed_systems(results)
     chosen = _baseline(systems, baseline)
     matrix = beir_matrix(systems, published, metric, chosen)
@@ -101,11 +106,18 @@ def build_report(results: list[Results], published: list[PublishedSystem], metri
     return Report(results, matrix, efficiency, figures, gap)
 
 
-def gap_sections(folders: list[Path]) -> list[GapSection]:
-    """The vocabulary gap section of each folder holding ``gap/`` (:mod:`vtrepro.report.gap`), in order."""
+def gap_sections(folders: list[Path], lenient: bool = False) -> list[GapSection]:
+    """The vocabulary gap section of each folder holding ``gap/`` (:mod:`vtrepro.report.gap`), in order; with
+    ``lenient``, a folder whose gap files are bad gives none (a warning names the fault)."""
     sections: list[GapSection] = []
     for folder in folders:
-        section = gap_section(folder, len(sections))
+        try:
+            section = gap_section(folder, len(sections))
+        except VtreproError as error:
+            if not lenient:
+                raise
+            logger.warning(f"{error} (the report leaves its vocabulary gap section out)")
+            continue
         if section is not None:
             sections.append(section)
     return sections
