@@ -64,6 +64,20 @@ def _legend(axis: Axes, **options: Any) -> None:
     axis.legend(handles, shown, ncol=max(1, math.ceil(len(labels) / LEGEND_ROWS)), **options)
 
 
+def _log_scale(axis: Axes, which: str) -> None:
+    """A log scale on the ``x`` or ``y`` axis, its ticks written as plain numbers (0.01, 100): the default ones are
+    TeX (``$\\mathdefault{10^{2}}$``), which :func:`drawing` shows as written."""
+    from matplotlib.ticker import LogFormatter
+
+    if which == "x":
+        axis.set_xscale("log")
+    else:
+        axis.set_yscale("log")
+    scale = axis.xaxis if which == "x" else axis.yaxis
+    scale.set_major_formatter(LogFormatter())
+    scale.set_minor_formatter(LogFormatter(labelOnlyBase=False))  # labels some minor ticks where a range is narrow
+
+
 def _cut(label: str) -> str:
     return label if len(label) <= LEGEND_LABEL_CHARS else label[:LEGEND_LABEL_CHARS - 1] + "…"
 
@@ -112,7 +126,7 @@ def cost_chart(systems: list[System], metric: str, efficiency: pd.DataFrame) -> 
             if row.dataset in observed:
                 axis.scatter(float(row.flops), observed[row.dataset], label=f"{system.label} / {row.dataset}")
                 drawn = True
-    axis.set_xscale("log")
+    _log_scale(axis, "x")
     return _finished(figure, axis, drawn, "FLOPS (expected shared terms per query-document pair)", metric,
                      f"{metric} against search cost")
 
@@ -165,7 +179,7 @@ def calibration_chart(reports: dict[str, dict[str, dict[str, float]]]) -> bytes 
             axis.bar(positions + (index * 3 + offset - 2.5) * 0.13, values, 0.13, alpha=shade,
                      color=f"C{offset}", label=f"{statistic.replace('active_', '')} {moment}")
     axis.set_xticks(positions, list(reports))
-    axis.set_yscale("log")
+    _log_scale(axis, "y")
     axis.set_ylabel("active terms per document")
     axis.set_title("Activation Potential Calibration: active terms before and after")
     axis.legend(fontsize=7, ncol=2)
@@ -232,9 +246,10 @@ def bars_chart(groups: list[str], series: dict[str, list[float | None]], ylabel:
             if marked and value == value:
                 axis.annotate("*", (place, value), ha="center", va="bottom", fontsize=9)
     if log:
-        axis.set_yscale("log")
-    axis.set_xticks(positions, [_cut(group) for group in groups], rotation=30 if len(groups) > 3 else 0,
-                    ha="right" if len(groups) > 3 else "center")
+        _log_scale(axis, "y")
+    turned = len(groups) > 8 or sum(map(len, groups)) > 40
+    axis.set_xticks(positions, [_cut(group) for group in groups], rotation=30 if turned else 0,
+                    ha="right" if turned else "center")
     axis.set_ylabel(ylabel)
     axis.set_title(title)
     _legend(axis, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
