@@ -150,7 +150,8 @@ def write_report(spec: Spec, rows: list[ResultRow], timings: dict[str, float], o
     replaced together (:func:`vtrepro.report.render.write_files`, ``results.json`` last), so a failure
     leaves the previous set whole. Ctrl-C is held back until the new set is written (seconds; an interrupt
     inside the imports of torch or matplotlib would break them), then raised. ``interrupted`` marks a
-    run stopped before every selected run finished."""
+    run stopped before every selected run finished. A bad file in ``<out_dir>/gap/`` leaves the report's vocabulary
+    gap section out, with a warning, and the record is written all the same."""
     with hold_interrupts():
         document = {
             "spec": str(spec.path), "description": spec.description, "command": argv, "environment": environment(),
@@ -161,7 +162,7 @@ def write_report(spec: Spec, rows: list[ResultRow], timings: dict[str, float], o
         results = check_results(document, out_dir, out_dir / RESULTS_NAME)
         metrics = score_metrics([results])
         metric = DEFAULT_METRIC if DEFAULT_METRIC in metrics or not metrics else metrics[0]
-        files = report_files(build_report([results], published_systems([results], []), metric))
+        files = report_files(build_report([results], published_systems([results], []), metric, lenient_gap=True))
         files["results.csv"] = results_frame(rows).to_csv(index=False).encode("utf-8")
         files[RESULTS_NAME] = (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
         write_files(out_dir, files)

@@ -5,6 +5,8 @@
 writes ``report.md``, ``report.html`` (self-contained, opens from disk) and ``table.csv`` (the BEIR
 matrix: datasets x systems, published values beside observed ones with the delta and the regression's
 verdict, averages, paired significance against a baseline) and ``figures/*.png`` into ``--output``.
+A results folder holding ``gap/`` (``vtrepro gap`` or ``regress --spec diagnosis_vocabulary_gap``) adds its
+"Vocabulary gap" section, with ``figures/gap-*.png`` and ``.svg``.
 By default the published columns are the systems the specs refer to and every table in
 ``regressions/published/`` with values for the datasets shown.
 """
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     metric = args.metrics.split(",")[0]
     parse_metric(metric)
     check_output(args.output, [*args.results, PUBLISHED_DIR], kind="folder")
-    for path in report_paths(args.output):
+    for path in report_paths(args.output, args.results):
         check_output(path)
     results = [load_results(folder) for folder in args.results]
     check_metric(results, metric)

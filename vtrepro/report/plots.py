@@ -1,10 +1,12 @@
 """The report's figures (matplotlib, PNG): scores against published values, effectiveness against
-cost, terms per document, retention against the baseline, and APC's effect on active terms."""
+cost, terms per document, retention against the baseline, and APC's effect on active terms; and the grouped
+bars of the vocabulary gap (:func:`bars_chart`, PNG and SVG)."""
 from __future__ import annotations
 
 import contextlib
 import io
 import math
+import warnings
 from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
@@ -27,6 +29,10 @@ MAX_LEGEND_ENTRIES = 200
 """A figure of more runs than this draws no legend (it would be unreadable, and as large as the figure)."""
 LEGEND_LABEL_CHARS = 60
 """Legend labels are cut to this many characters (names may have 200)."""
+MAX_BAR_GROUPS = 60
+"""The most groups of bars :func:`bars_chart` draws (the first ones; the caller says so in its caption)."""
+MAX_BAR_SERIES = 20
+"""The most bars per group :func:`bars_chart` draws."""
 
 
 @contextlib.contextmanager
@@ -54,8 +60,26 @@ def _legend(axis: Axes, **options: Any) -> None:
     handles, labels = axis.get_legend_handles_labels()
     if len(labels) > MAX_LEGEND_ENTRIES:
         return
-    shown = [label if len(label) <= LEGEND_LABEL_CHARS else label[:LEGEND_LABEL_CHARS - 1] + "…" for label in labels]
+    shown = [_cut(label) for label in labels]
     axis.legend(handles, shown, ncol=max(1, math.ceil(len(labels) / LEGEND_ROWS)), **options)
+
+
+def _log_scale(axis: Axes, which: str) -> None:
+    """A log scale on the ``x`` or ``y`` axis, its ticks written as plain numbers (0.01, 100): the default ones are
+    TeX (``$\\mathdefault{10^{2}}$``), which :func:`drawing` shows as written."""
+    from matplotlib.ticker import LogFormatter
+
+    if which == "x":
+        axis.set_xscale("log")
+    else:
+        axis.set_yscale("log")
+    scale = axis.xaxis if which == "x" else axis.yaxis
+    scale.set_major_formatter(LogFormatter())
+    scale.set_minor_formatter(LogFormatter(labelOnlyBase=False))  # labels some minor ticks where a range is narrow
+
+
+def _cut(label: str) -> str:
+    return label if len(label) <= LEGEND_LABEL_CHARS else label[:LEGEND_LABEL_CHARS - 1] + "…"
 
 
 def _png(figure: Figure) -> bytes:
@@ -102,7 +126,7 @@ def cost_chart(systems: list[System], metric: str, efficiency: pd.DataFrame) -> 
             if row.dataset in observed:
                 axis.scatter(float(row.flops), observed[row.dataset], label=f"{system.label} / {row.dataset}")
                 drawn = True
-    axis.set_xscale("log")
+    _log_scale(axis, "x")
     return _finished(figure, axis, drawn, "FLOPS (expected shared terms per query-document pair)", metric,
                      f"{metric} against search cost")
 
@@ -155,7 +179,7 @@ def calibration_chart(reports: dict[str, dict[str, dict[str, float]]]) -> bytes 
             axis.bar(positions + (index * 3 + offset - 2.5) * 0.13, values, 0.13, alpha=shade,
                      color=f"C{offset}", label=f"{statistic.replace('active_', '')} {moment}")
     axis.set_xticks(positions, list(reports))
-    axis.set_yscale("log")
+    _log_scale(axis, "y")
     axis.set_ylabel("active terms per document")
     axis.set_title("Activation Potential Calibration: active terms before and after")
     axis.legend(fontsize=7, ncol=2)
@@ -184,3 +208,49 @@ def _finished(figure: Figure, axis: Axes, drawn: bool, xlabel: str, ylabel: str,
     axis.set_title(title)
     _legend(axis, fontsize=8)
     return _png(figure)
+
+
+def _png_and_svg(figure: Figure) -> tuple[bytes, bytes]:
+    """The figure as PNG and as SVG (text drawn as paths, no date or version stamped, ids from a fixed salt:
+    the same figure gives the same bytes)."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    with warnings.catch_warnings():  # a legend beside the axes may not fit tight_layout; bbox_inches="tight" fits it
+        warnings.filterwarnings("ignore", "Tight layout not applied", UserWarning)
+        figure.tight_layout()
+    raster, vector = io.BytesIO(), io.BytesIO()
+    figure.savefig(raster, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
+    with matplotlib.rc_context({"svg.hashsalt": "vtrepro", "svg.fonttype": "path"}):
+        figure.savefig(vector, format="svg", bbox_inches="tight", metadata={"Creator": None, "Date": None})
+    plt.close(figure)
+    return raster.getvalue(), vector.getvalue()
+
+
+def bars_chart(groups: list[str], series: dict[str, list[float | None]], ylabel: str, title: str, *,
+               log: bool = False, marks: dict[str, list[bool]] | None = None) -> tuple[bytes, bytes] | None:
+    """Grouped bars, PNG and SVG: one group per entry of ``groups`` (at most :data:`MAX_BAR_GROUPS`, the first),
+    one bar per series in each (at most :data:`MAX_BAR_SERIES`; a None value draws no bar); ``marks`` puts a
+    star over the bars it flags. None when there is nothing to draw."""
+    groups = groups[:MAX_BAR_GROUPS]
+    drawn = {name: [math.nan if value is None else float(value) for value in values[:len(groups)]]
+             for name, values in list(series.items())[:MAX_BAR_SERIES]}
+    if not groups or not any(value == value for values in drawn.values() for value in values):  # all NaN
+        return None
+    figure, axis = _figure(max(6.0, 0.35 * len(groups) * len(drawn) + 3), 4.2)
+    positions, width = np.arange(len(groups)), 0.8 / len(drawn)
+    for index, (name, values) in enumerate(drawn.items()):
+        places = positions[:len(values)] + (index - (len(drawn) - 1) / 2) * width
+        axis.bar(places, values, width, label=name, color=f"C{index % 10}")
+        for place, value, marked in zip(places, values, (marks or {}).get(name, [])):
+            if marked and value == value:
+                axis.annotate("*", (place, value), ha="center", va="bottom", fontsize=9)
+    if log:
+        _log_scale(axis, "y")
+    turned = len(groups) > 8 or sum(map(len, groups)) > 40
+    axis.set_xticks(positions, [_cut(group) for group in groups], rotation=30 if turned else 0,
+                    ha="right" if turned else "center")
+    axis.set_ylabel(ylabel)
+    axis.set_title(title)
+    _legend(axis, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    return _png_and_svg(figure)

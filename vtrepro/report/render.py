@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import html
+import logging
 import math
 import re
 import signal
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, check_output
+from vtrepro.report.gap import FIGURE_FORMATS, GapSection, figure_stems, gap_folder, gap_section
 from vtrepro.report.published import PublishedSystem
 from vtrepro.report.results import NOT_OK, STATUS_OKISH, STATUSES, Results
 from vtrepro.report.tables import (
@@ -40,6 +42,8 @@ from vtrepro.report.tables import (
 # purpose: `report --help` and `regress --help` stay fast.
 if TYPE_CHECKING:
     import pandas as pd
+
+logger = logging.getLogger(__name__)
 
 FIGURES_DIRNAME = "figures"
 FIGURE_NAMES = ("scores", "retention", "cost", "terms", "calibration", "training")
@@ -70,13 +74,17 @@ class Report:
     matrix: Matrix
     efficiency: pd.DataFrame
     figures: dict[str, tuple[str, bytes]] = field(default_factory=dict)  # file stem -> (caption, PNG)
+    gap: list[GapSection] = field(default_factory=list)  # the "Vocabulary gap" of each results folder holding gap/
 
 
 def build_report(results: list[Results], published: list[PublishedSystem], metric: str = DEFAULT_METRIC,
-                 baseline: str | None = None) -> Report:
-    """The tables and figures of a report over ``results`` (``baseline``: a system label; default the first)."""
+                 baseline: str | None = None, *, lenient_gap: bool = False) -> Report:
+    """The tables and figures of a report over ``results`` (``baseline``: a system label; default the first), with
+    the vocabulary gap section of each folder holding ``gap/``; a bad gap file fails the report, or with
+    ``lenient_gap`` leaves that section out with a warning."""
     from vtrepro.report import plots
 
+    gap = gap_sections([result.folder for result in results], lenient_gap)  # checked before any figure is drawn
     systems = observed_systems(results)
     chosen = _baseline(systems, baseline)
     matrix = beir_matrix(systems, published, metric, chosen)
@@ -95,7 +103,28 @@ def build_report(results: list[Results], published: list[PublishedSystem], metri
             "training": ("training loss", plots.training_chart({label: value for label, value in losses.items() if value})),
         }
     figures = {name: (caption, png) for name, (caption, png) in drawn.items() if png is not None}
-    return Report(results, matrix, efficiency, figures)
+    return Report(results, matrix, efficiency, figures, gap)
+
+
+def gap_sections(folders: list[Path], lenient: bool = False) -> list[GapSection]:
+    """The vocabulary gap section of each folder holding ``gap/`` (:mod:`vtrepro.report.gap`), in order; with
+    ``lenient``, a folder whose gap files are bad gives none (a warning names the fault)."""
+    sections: list[GapSection] = []
+    for folder in folders:
+        try:
+            section = gap_section(folder, len(sections))
+        except VtreproError as error:
+            if not lenient:
+                raise
+            logger.warning(f"{error} (the report leaves its vocabulary gap section out)")
+            continue
+        if section is not None:
+            sections.append(section)
+    return sections
+
+
+def _gap_title(report: Report, section: GapSection) -> str:
+    return "Vocabulary gap" + (f": {section.folder.parent}" if len(report.gap) > 1 else "")
 
 
 def _baseline(systems: list[System], label: str | None) -> System | None:
@@ -206,11 +235,27 @@ def markdown_text(report: Report) -> str:
     if not report.efficiency.empty:
         parts.append("## Measured: efficiency and vector agreement (on the machine that ran it; not judged)\n")
         parts.append(_markdown_table(_efficiency_text(report.efficiency), index=False) + "\n")
+    for section in report.gap:
+        parts.append(_gap_markdown(_gap_title(report, section), section))
     parts.append("## Commands\n\n" + "\n".join(f"- {_markdown(column)} / {_markdown(dataset)}: {_markdown_code(command)}"
                                                 for (column, dataset), command in matrix.commands.items()) + "\n")
     for results in report.results:
         parts.append(f"## Regression checks: {_markdown(results.name)}\n")
         parts.append(_markdown_table(_checks_text(results), index=False) + "\n")
+    return "\n".join(parts)
+
+
+def _gap_markdown(title: str, section: GapSection) -> str:
+    """A vocabulary gap section: its tables with their notes, its figures (PNG, with a link to the SVG)."""
+    parts = [f"## {_markdown(title)}\n"]
+    for table in section.tables:
+        parts.append(f"### {_markdown(table.title)}\n")
+        parts.append(_markdown_table(table.frame, index=False) + "\n")
+        if table.notes:
+            parts.append("\n".join(f"- {_markdown(note)}" for note in table.notes) + "\n")
+    if section.figures:
+        parts.append("\n".join(f"![{_markdown(caption)}]({FIGURES_DIRNAME}/{stem}.png) ([SVG]({FIGURES_DIRNAME}/{stem}.svg))"
+                               for stem, (caption, _, _) in section.figures.items()) + "\n")
     return "\n".join(parts)
 
 
@@ -260,6 +305,22 @@ def _matrix_html(matrix: Matrix) -> str:
     return f'<table class="matrix"><tr><th>dataset</th>{head}</tr>{"".join(rows)}</table>'
 
 
+def _figure_html(caption: str, png: bytes) -> str:
+    source = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+    return (f"<figure><img{_attribute('alt', caption)}{_attribute('src', source)}>"
+            f"<figcaption>{_text(caption)}</figcaption></figure>")
+
+
+def _gap_html(title: str, section: GapSection) -> str:
+    """A vocabulary gap section: its tables with their notes, its figures embedded as PNG."""
+    body = [f"<h2>{_text(title)}</h2>"]
+    for table in section.tables:
+        body.append(f"<h3>{_text(table.title)}</h3>" + _html_table(table.frame))
+        body.append("".join(f'<p class="note">{_text(note)}</p>' for note in table.notes))
+    body.extend(_figure_html(caption, png) for caption, png, _ in section.figures.values())
+    return "".join(body)
+
+
 def html_text(report: Report) -> str:
     """``report.html``: one file, inline CSS and figures, no script; opens from disk."""
     matrix = report.matrix
@@ -273,13 +334,12 @@ def html_text(report: Report) -> str:
     body.append("".join(f'<p class="note">{_text(note)}</p>' for note in matrix.notes))
     body.append('<p class="note">Hover over a score for the command that reproduces it (listed under Commands), '
                 'over a published value for its citation.</p>')
-    for caption, png in report.figures.values():
-        source = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-        body.append(f"<figure><img{_attribute('alt', caption)}{_attribute('src', source)}>"
-                    f"<figcaption>{_text(caption)}</figcaption></figure>")
+    body.extend(_figure_html(caption, png) for caption, png in report.figures.values())
     if not report.efficiency.empty:
         body.append("<h2>Measured: efficiency and vector agreement (on the machine that ran it; not judged)</h2>")
         body.append(_html_table(_efficiency_text(report.efficiency)))
+    for section in report.gap:
+        body.append(_gap_html(_gap_title(report, section), section))
     body.append("<h2>Commands</h2><ul>" + "".join(
         f"<li>{_text(column)} / {_text(dataset)}: {_code(command)}</li>"
         for (column, dataset), command in matrix.commands.items()) + "</ul>")
@@ -308,18 +368,25 @@ def table_csv(matrix: Matrix) -> str:
     return table.to_csv(float_format="%.4f")
 
 
-def report_paths(output: Path) -> list[Path]:
-    """Every file a report may write into ``output``, whichever figures it draws (to check before work)."""
+def report_paths(output: Path, folders: list[Path] | None = None) -> list[Path]:
+    """Every file a report may write into ``output``, whichever figures it draws (to check before work); with
+    the results ``folders``, the figures of their vocabulary gap sections too."""
+    gaps = sum(gap_folder(folder) is not None for folder in folders or [])
     return [output / name for name in ("report.md", "report.html", "table.csv")] + [
-        output / FIGURES_DIRNAME / f"{name}.png" for name in FIGURE_NAMES]
+        output / FIGURES_DIRNAME / f"{name}.png" for name in FIGURE_NAMES] + [
+        output / FIGURES_DIRNAME / f"{stem}.{suffix}" for index in range(gaps) for stem in figure_stems(index)
+        for suffix in FIGURE_FORMATS]
 
 
 def report_files(report: Report) -> dict[str, bytes]:
     """Every file of a report by its path in the output folder: ``report.md``, ``report.html``, ``table.csv``,
-    ``figures/*.png``."""
+    ``figures/*.png``, and each vocabulary gap figure as ``figures/<stem>.png`` and ``.svg``."""
     files = {"report.md": markdown_text(report).encode("utf-8"), "report.html": html_text(report).encode("utf-8"),
              "table.csv": table_csv(report.matrix).encode("utf-8")}
     files.update({f"{FIGURES_DIRNAME}/{name}.png": png for name, (_, png) in report.figures.items()})
+    for section in report.gap:
+        for stem, (_, png, svg) in section.figures.items():
+            files.update({f"{FIGURES_DIRNAME}/{stem}.png": png, f"{FIGURES_DIRNAME}/{stem}.svg": svg})
     return files
 
 
