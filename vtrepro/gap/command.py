@@ -29,7 +29,6 @@ from vtrepro.core.cli import (
     cli_entry,
     command_parser,
 )
-from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output
 
 logger = logging.getLogger(__name__)
@@ -61,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
             add_split(sub, "queries and qrels")
         if part in ("bm25", "all"):
             add_threads(sub, "indexing and search threads")
+        if part in ("integrity", "all"):
+            sub.add_argument("--model", metavar="MODEL",
+                             help="a model (folder or Hub id) whose input-embedding rows of each merged group are "
+                                  "compared by cosine against random pairs; its tokenizer must be --tokenizer's")
         add_output_folder(sub, "folder for <part>.json and <part>.md")
     return parser
 
@@ -80,9 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.part != "census":
         datasets[0].queries(args.split)  # the split's qrels and queries, checked before any work
     study = Study(vocabularies, datasets, PARTS if args.part == "all" else (args.part,),
-                  split=getattr(args, "split", "test"), threads=getattr(args, "threads", 1))
-    if not vocabularies:
-        raise VtreproError("give at least one --tokenizer")
+                  split=getattr(args, "split", "test"), threads=getattr(args, "threads", 1),
+                  model=getattr(args, "model", None), model_dir=args.model_dir)
     with staged_folder(output) as staging:
         results = run_study(study, staging)
     for part in results:

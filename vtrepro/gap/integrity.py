@@ -16,8 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from vtrepro.core.errors import VtreproError
 from vtrepro.gap.census import unit_groups
 from vtrepro.gap.corpus import TokenizedDataset
+from vtrepro.gap.vocabularies import Vocabulary
 
 MIN_OCCURRENCES = 50
 WINDOW = 2
@@ -110,3 +112,22 @@ def _cosine(embeddings: np.ndarray, first: int, second: int) -> float:
     a, b = embeddings[first], embeddings[second]
     norm = float(np.linalg.norm(a) * np.linalg.norm(b))
     return float(a @ b) / norm if norm else 0.0
+
+
+def input_embeddings(model: str, vocabulary: Vocabulary, model_dir: str | None = None) -> np.ndarray:
+    """The input-embedding rows of ``model`` (read as every model is: :func:`vtrepro.model.loading.load_masked_lm`),
+    by ``vocabulary``'s ids; the model's tokenizer must spell every id as the vocabulary does."""
+    from vtrepro.model.loading import load_masked_lm
+
+    loaded, tokenizer = load_masked_lm(model, model_dir)
+    rows = loaded.get_input_embeddings().weight.detach().float().numpy()  # type: ignore[operator]
+    size = len(vocabulary.entries)
+    spelled = tokenizer.convert_ids_to_tokens(list(range(min(size, len(tokenizer)))))
+    differs = next((index for index, entry in enumerate(vocabulary.entries)
+                    if index >= len(spelled) or spelled[index] != entry), None)
+    if differs is not None or rows.shape[0] < size:
+        at = differs if differs is not None else rows.shape[0]
+        raise VtreproError(f"--model {model}: its tokenizer does not spell the vocabulary of --tokenizer "
+                           f"{vocabulary.name} (id {at}: {spelled[at] if at < len(spelled) else 'missing'!r} against "
+                           f"{vocabulary.entries[at] if at < size else 'missing'!r}); give the tokenizer of that model")
+    return rows[:size]

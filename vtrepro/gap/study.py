@@ -11,6 +11,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from vtrepro.core.cli import DEFAULT_THREADS
 from vtrepro.core.errors import VtreproError
@@ -20,7 +21,7 @@ from vtrepro.data.beir import TEST_SPLIT, BeirDataset
 from vtrepro.gap.bm25 import METRICS, bm25_figures
 from vtrepro.gap.census import census
 from vtrepro.gap.corpus import TokenizedDataset, corpus_figures, tokenize_dataset
-from vtrepro.gap.integrity import integrity
+from vtrepro.gap.integrity import input_embeddings, integrity
 from vtrepro.gap.units import NORMALIZATIONS
 from vtrepro.gap.vocabularies import Vocabulary
 
@@ -40,6 +41,8 @@ class Study:
     split: str = TEST_SPLIT
     threads: int = DEFAULT_THREADS
     normalizations: tuple[str, ...] = NORMALIZATIONS
+    model: str | None = None  # integrity: a model whose input-embedding rows are compared (its tokenizer's)
+    model_dir: str | None = None
 
     def __post_init__(self) -> None:
         names = [vocabulary.name for vocabulary in self.vocabularies]
@@ -58,6 +61,8 @@ def run_study(study: Study, output: Path) -> dict[str, dict]:
         results["census"] = {"tokenizers": [census(vocabulary) for vocabulary in study.vocabularies]}
         seconds["census"] = time.perf_counter() - started
     corpus_parts = [part for part in ("corpus", "bm25", "integrity") if part in study.parts]
+    embeddings = {vocabulary.name: input_embeddings(study.model, vocabulary, study.model_dir)
+                  for vocabulary in study.vocabularies} if study.model and "integrity" in study.parts else {}
     for part in corpus_parts:
         results[part] = {"figures" if part == "corpus" else "runs" if part == "bm25" else "tokenizers": []}
         seconds[part] = 0.0
@@ -66,7 +71,7 @@ def run_study(study: Study, output: Path) -> dict[str, dict]:
             started = time.perf_counter()
             tokenized = tokenize_dataset(vocabulary, dataset, study.split)
             seconds["tokenize"] = seconds.get("tokenize", 0.0) + time.perf_counter() - started
-            _measure_corpus(study, tokenized, output, results, seconds)
+            _measure_corpus(study, tokenized, output, results, seconds, embeddings.get(vocabulary.name))
     for name, figures in results.items():
         write_json(output / f"{name}.json", figures)
         with atomic_write(output / f"{name}.md") as handle:
@@ -77,20 +82,19 @@ def run_study(study: Study, output: Path) -> dict[str, dict]:
 
 
 def _measure_corpus(study: Study, tokenized: TokenizedDataset, output: Path, results: dict[str, dict],
-                    seconds: dict[str, float]) -> None:
-    started = time.perf_counter()
-    if "corpus" in study.parts:
-        results["corpus"]["figures"].append(corpus_figures(tokenized))
-    seconds["corpus"] = seconds.get("corpus", 0.0) + time.perf_counter() - started
-    started = time.perf_counter()
-    if "bm25" in study.parts:
-        folder = output / "bm25" / tokenized.vocabulary.name / tokenized.dataset
-        results["bm25"]["runs"] += bm25_figures(tokenized, folder, study.threads, study.normalizations)
-    seconds["bm25"] = seconds.get("bm25", 0.0) + time.perf_counter() - started
-    started = time.perf_counter()
-    if "integrity" in study.parts:
-        results["integrity"]["tokenizers"].append(integrity(tokenized))
-    seconds["integrity"] = seconds.get("integrity", 0.0) + time.perf_counter() - started
+                    seconds: dict[str, float], embeddings: Any) -> None:
+    for part in ("corpus", "bm25", "integrity"):
+        if part not in study.parts:
+            continue
+        started = time.perf_counter()
+        if part == "corpus":
+            results["corpus"]["figures"].append(corpus_figures(tokenized))
+        elif part == "bm25":
+            folder = output / "bm25" / tokenized.vocabulary.name / tokenized.dataset
+            results["bm25"]["runs"] += bm25_figures(tokenized, folder, study.threads, study.normalizations)
+        else:
+            results["integrity"]["tokenizers"].append(integrity(tokenized, embeddings))
+        seconds[part] += time.perf_counter() - started
 
 
 def _cell(value: object) -> str:
@@ -147,12 +151,13 @@ def bm25_markdown(figures: dict) -> str:
 
 def integrity_markdown(figures: dict) -> str:
     rows = [[entry["tokenizer"], entry["dataset"], entry["groups_measured"], entry["mean_divergence"],
-             entry["random_pair_divergence"], entry["groups_at_baseline"]] for entry in figures["tokenizers"]]
+             entry["random_pair_divergence"], entry["groups_at_baseline"], entry.get("mean_cosine"),
+             entry.get("random_pair_cosine")] for entry in figures["tokenizers"]]
     risky = [[entry["tokenizer"], entry["dataset"], " ".join(group["forms"]), group["divergence"]]
              for entry in figures["tokenizers"] for group in entry["at_risk"][:8]]
     return ("# Semantic integrity of the merges\n\n"
             + _table(["tokenizer", "dataset", "groups measured", "mean JS (bits)", "random pairs' JS",
-                      "groups at or above it"], rows)
+                      "groups at or above it", "mean cosine of rows", "random pairs' cosine"], rows)
             + "\n## Merges most at risk\n\n" + _table(["tokenizer", "dataset", "forms", "JS (bits)"], risky))
 
 

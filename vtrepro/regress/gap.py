@@ -30,7 +30,6 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write
 from vtrepro.core.schema import Checker, Field, read_yaml, round_trip_yaml
 from vtrepro.data.beir import DATASET_NAME
-from vtrepro.gap.study import PARTS
 from vtrepro.report.results import STATUS_FAIL, STATUS_MEASURED, STATUS_OK, STATUS_UNPINNED, TIER_FIXED, ResultRow
 
 PINNED: dict[str, tuple[str, ...]] = {
@@ -42,8 +41,9 @@ PINNED: dict[str, tuple[str, ...]] = {
     "bm25": ("ndcg@10", "recall@100", "total_terms"),
     "integrity": ("groups_measured", "mean_divergence", "random_pair_divergence", "groups_at_baseline"),
 }
-"""The figures each part pins, per key (census: a tokenizer; corpus and integrity: tokenizer/dataset; bm25:
-tokenizer/dataset/normalization)."""
+"""The figures each part of the study (:data:`vtrepro.gap.study.PARTS`, in its order) pins, per key (census: a
+tokenizer; corpus and integrity: tokenizer/dataset; bm25: tokenizer/dataset/normalization)."""
+PARTS = tuple(PINNED)
 MEASURED = ("p_t_test", "p_randomization")
 """The BM25 figures shown beside the pins (each normalization's paired tests against raw), never judged."""
 _KEYS = {"tokenizers", "corpus_tokenizers", "datasets", "pins"}

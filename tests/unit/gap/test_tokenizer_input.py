@@ -98,3 +98,12 @@ def test_a_vocabulary_only_built_in_says_so_for_corpus_figures(tmp_path, capsys,
     code, _, err = run_command(gap, ["corpus", "--tokenizer", "clip-bpe", "--dataset", "scifact", "--data-dir",
                                      str(data_dir), "--output", str(tmp_path / "out")], capsys)
     assert_one_error_line(code, err, "clip-bpe", "vocabulary only")
+
+
+@pytest.mark.slow
+def test_a_model_whose_tokenizer_is_another_is_one_line(tmp_path, capsys, data_dir, models_dir):
+    code, _, err = run_command(gap, ["integrity", "--tokenizer", "gpt2-bpe", "--model", "splade-tiny", "--model-dir",
+                                     str(models_dir), "--dataset", "nfcorpus", "--data-dir", str(data_dir),
+                                     "--output", str(tmp_path / "out")], capsys)
+    assert_one_error_line(code, err, "--model splade-tiny", "does not spell the vocabulary")
+    assert not (tmp_path / "out").exists()
