@@ -1,7 +1,7 @@
 """Folders someone else could send (issue 44): every JSON file vtrepro reads in a vector folder or an index
 folder goes through the one bounded reader (``core.io.read_json_file``), so a FIFO, a link to ``/dev/zero``,
 10^6-deep JSON or invalid UTF-8 in any of them is one ``error:`` line naming the file, within seconds and
-bounded memory.
+bounded memory; and ``regress --record`` into a spec reached through a symbolic link keeps the link.
 """
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ from typing import Callable, Iterator
 
 import pytest
 
-from conftest import assert_one_error_line
+from conftest import assert_one_error_line, write_mini_beir
 from helpers import run_command, write_jsonl
 from vtrepro.index.lucene import main as index_main
 from vtrepro.index.pisa import META_NAME
+from vtrepro.regress.runner import main as regress_main
 from vtrepro.search.command import main as search_main
 
 SECONDS = 5
@@ -104,3 +105,45 @@ def test_a_pisa_index_header_from_elsewhere_is_one_line(kind, tmp_path, capsys):
         refused(search_main, ["--engine", "pisa", "--index", index, "--queries", tmp_path / "queries.jsonl",
                               "--output", tmp_path / "run.trec"], capsys, str(index / META_NAME))
     assert not (tmp_path / "run.trec").exists()
+
+
+BM25_SPEC = """defaults: {metrics: [ndcg@10]}
+conditions:
+  bm25:
+    retrieval: bm25
+    datasets:
+      mini:
+        scores: {ndcg@10: null}
+"""
+
+
+@pytest.mark.slow  # a real regress run (about 8 s)
+def test_record_into_a_linked_spec_writes_its_target_and_keeps_the_link(tmp_path, capsys):
+    """Before: ``--record`` replaced the link with a regular file and left the spec it led to as it was."""
+    data = write_mini_beir(tmp_path / "data")
+    target = tmp_path / "specs" / "bm.yaml"
+    target.parent.mkdir()
+    target.write_text(BM25_SPEC)
+    link = tmp_path / "specs" / "linked.yaml"
+    link.symlink_to("bm.yaml")
+    code, _, err = run_command(regress_main, ["--spec", link, "--data-dir", data, "--runs", tmp_path / "runs",
+                                              "--record"], capsys)
+    assert code == 0, err
+    assert link.is_symlink() and os.readlink(link) == "bm.yaml"
+    assert "ndcg@10: null" not in target.read_text() and "ndcg@10:" in target.read_text()
+
+
+def test_record_into_a_spec_linked_from_another_folder_is_refused_in_one_line(tmp_path, capsys):
+    """A link whose spec lies outside the link's own folder: the write could land anywhere the link leads,
+    so it is refused before any run, link and spec unchanged."""
+    data = write_mini_beir(tmp_path / "data")
+    target = tmp_path / "elsewhere" / "bm.yaml"
+    target.parent.mkdir()
+    target.write_text(BM25_SPEC)
+    link = tmp_path / "specs" / "linked.yaml"
+    link.parent.mkdir()
+    link.symlink_to(target)
+    code, _, err = run_command(regress_main, ["--spec", link, "--data-dir", data, "--runs", tmp_path / "runs",
+                                              "--record"], capsys)
+    assert_one_error_line(code, err, str(link), "symbolic link", "give the file itself")
+    assert link.is_symlink() and target.read_text() == BM25_SPEC and not (tmp_path / "runs").exists()

@@ -421,11 +421,28 @@ def check_writable(folder: str | Path) -> None:
         raise VtreproError(f"{folder}: cannot write here ({error.strerror}); choose another output path") from None
 
 
-def check_replaceable(path: str | Path) -> Path:
-    """Fail before any work when the existing regular file ``path`` cannot be replaced by an atomic write:
-    it or its folder is on a read-only file system or not writable for this user (each tried for real),
-    or its mode marks it read-only (honoured for root too, whom the mode does not stop)."""
+def rewritten_in_place(path: str | Path) -> Path:
+    """The file that rewriting the given file ``path`` in place (``regress --record`` into its spec) replaces:
+    ``path`` itself, or, when it is a symbolic link, the file it leads to, which must lie inside the link's own
+    folder (written there atomically; the link stays a link). A link leading anywhere else is refused in one
+    line: vtrepro never replaces a link with a file, nor writes where a link sent from elsewhere points."""
     path = Path(path)
+    if not path.is_symlink():
+        return path
+    target, folder = path.resolve(), path.absolute().parent.resolve()
+    if not target.is_relative_to(folder):
+        raise VtreproError(f"{path}: is a symbolic link to {target}, outside the link's folder {folder}; vtrepro "
+                           "rewrites a linked file only inside that folder and never replaces the link: give the "
+                           f"file itself ({target}) or copy it here")
+    return target
+
+
+def check_replaceable(path: str | Path) -> Path:
+    """Fail before any work when the existing regular file ``path`` (a link: the file it leads to, which
+    :func:`rewritten_in_place` must accept) cannot be replaced by an atomic write: it or its folder is on a
+    read-only file system or not writable for this user (each tried for real), or its mode marks it read-only
+    (honoured for root too, whom the mode does not stop). Returns the file a rewrite replaces."""
+    path = rewritten_in_place(path)
     _check_kind(path, "file")
     try:
         with open(path, "r+b"):  # opened for writing, nothing written
