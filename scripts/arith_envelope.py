@@ -31,6 +31,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vtrepro.core.io import JSON_FILE_BYTES, parse_json, read_json_file, read_jsonl
+from vtrepro.encode.folder import EncodedFolder
+
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "splade-tiny"
 SPEC = "regressions/beir_splade_tiny.yaml"
@@ -137,7 +140,7 @@ def probe(path: ArithPath, env: dict[str, str], src: Path) -> dict[str, Any]:
     if result.returncode != 0:
         raise RuntimeError(f"{path.key}: probe failed:\n{result.stderr[-2000:]}")
     lines = result.stdout.splitlines()
-    info = json.loads(next(line for line in lines if line.startswith("PROBE "))[6:])
+    info = parse_json(next(line for line in lines if line.startswith("PROBE "))[6:], f"{path.key}: the probe", "rerun")
     info["mkl"] = next((line.split(" ", 1)[1] for line in lines if line.startswith("MKL_VERBOSE oneMKL")), None)
     info["onednn_isa"] = next((line.split("isa:", 1)[1] for line in lines if "onednn_verbose" in line and "isa:" in line), None)
     if info["threads"] != path.threads:
@@ -171,11 +174,12 @@ def run_path(path: ArithPath, dataset: str, work: Path, src: Path, source: dict[
     result_file, started_file = folder / "path.json", folder / "started.json"
 
     def same(file: Path) -> bool:
-        return file.exists() and _same_run(json.loads(file.read_text()).get("config", {}), config)
+        return file.exists() and _same_run(read_json_file(file, "remove it", JSON_FILE_BYTES["results"]).get("config", {}),
+                                           config)
 
     if not fresh and same(result_file):
         print(f"[{dataset} {path.key}] reusing {result_file}", file=sys.stderr)
-        return json.loads(result_file.read_text())
+        return read_json_file(result_file, "remove it", JSON_FILE_BYTES["results"])
     if fresh or not same(started_file):  # else an interrupted run of these settings: encode resumes its shards
         shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
@@ -194,10 +198,11 @@ def run_path(path: ArithPath, dataset: str, work: Path, src: Path, source: dict[
                                               "--output", str(folder / "run.trec")], env, folder, src)
     eval_out, times["evaluate"] = run_stage("evaluate", ["--run", str(folder / "run.trec"), "--dataset", dataset],
                                             env, folder, src)
-    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest = EncodedFolder(folder).load_manifest() or {}
+    index_stats = parse_json(index_out.strip().splitlines()[-1], "index's output", "rerun")
     result = {"config": config, "probe": info, "seconds": times, "total_terms": manifest["total_terms"],
-              "documents": manifest["documents"], "index_stats": json.loads(index_out.strip().splitlines()[-1]),
-              "scores_4dp": json.loads(eval_out)}
+              "documents": manifest["documents"], "index_stats": index_stats,
+              "scores_4dp": parse_json(eval_out, "evaluate's output", "rerun")}
     result_file.write_text(json.dumps(result, indent=2))
     print(f"[{dataset} {path.key}] {times}", file=sys.stderr)
     return result
@@ -206,10 +211,8 @@ def run_path(path: ArithPath, dataset: str, work: Path, src: Path, source: dict[
 def read_vectors(files: list[Path]) -> dict[str, dict[str, int]]:
     vectors = {}
     for file in files:
-        with file.open(encoding="utf-8") as handle:
-            for line in handle:
-                record = json.loads(line)
-                vectors[record["id"]] = record["vector"]
+        for _, record in read_jsonl(file):
+            vectors[record["id"]] = record["vector"]
     return vectors
 
 

@@ -11,9 +11,9 @@ the cause only if the difference sits in the first group.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from vtrepro.core.io import read_json_file
 from vtrepro.data.beir import load_dataset
 from vtrepro.evaluate.trec import per_query_scores
 from vtrepro.search.runs import read_trec_run
@@ -38,7 +38,8 @@ def main() -> None:
     parser.add_argument("--dataset", default="nfcorpus")
     parser.add_argument("--data-dir", default=None, help="data root (default: $VTREPRO_DATA)")
     args = parser.parse_args()
-    report = json.loads(args.transfer_report.read_text())
+    report = read_json_file(args.transfer_report, "give the transfer_report.json of a leave-out transfer", fields={
+        "target_tokenizer": str, "leaveout": dict})
     dataset = load_dataset(args.dataset, args.data_dir)
     runs = {path.parent.parent.name: path for path in sorted(args.runs.glob(f"*/{args.dataset}/run.trec"))}
     tokenizer = load_tokenizer(report["target_tokenizer"])

@@ -1,33 +1,42 @@
 """Fuzzing every kind of file a stranger can hand vtrepro: JSON, JSONL, TSV, YAML and tar inputs, each in
 nested, oversized, mis-encoded, mis-typed and truncated variants generated from a valid seed, through the real
-commands in process. Every variant must end in exit 0 or 2 (never an internal error), with one ``error:`` line
-when refused, bounded memory, and nothing written outside the command's output."""
+commands in process; and every kind of folder (issue 44): vector, PISA and Lucene index, bundle, model and run
+folders, each JSON file in them replaced by a FIFO, a link to ``/dev/zero`` or out of the folder, and by those
+variants. Every variant must end in exit 0 or 2 (never an internal error), with one ``error:`` line when
+refused, bounded memory, and nothing written outside the command's output."""
 from __future__ import annotations
 
 import io
 import json
+import os
 import random
+import shutil
 import tarfile
 import tracemalloc
 from pathlib import Path
 from typing import Callable
 
 import pytest
+from test_catalogue_folders import hang_guard
 
-import vtrepro.core.archives as archives
 from conftest import MINI_CORPUS
-from helpers import run_command
+from helpers import run_command, write_jsonl
+from vtrepro.core.archives import MAX_LINE_BYTES
+from vtrepro.encode.writer import main as encode
 from vtrepro.evaluate.trec import main as evaluate
+from vtrepro.index.lucene import main as index
+from vtrepro.index.pisa import META_NAME
+from vtrepro.regress.bundle import BUNDLE_FORMAT
 from vtrepro.regress.runner import main as regress
 from vtrepro.report.command import main as report
+from vtrepro.search.command import main as search
 
 pytestmark = pytest.mark.slow  # the hostile-input catalogue (docs/security.md): the full suite runs it
 
 MEMORY_BOUND = 256 * 2**20
-"""Most memory Python may allocate for one variant (traced): every input here is under 1 MiB, so anything near
-this bound means a reader expanded what it was given."""
-SMALL_LINE_BOUND = 1 << 16
-"""The line bound while fuzzing (the real one is 64 MiB): an "oversized line" variant is just over it."""
+"""Most memory Python may allocate for one variant (traced): every input here is under 1 MiB but the oversized
+line (64 MiB + 1, read at most once: 64 MiB), so anything near this bound means a reader expanded what it was
+given."""
 
 
 def mutations(seed: bytes, rng: random.Random) -> dict[str, bytes]:
@@ -38,8 +47,9 @@ def mutations(seed: bytes, rng: random.Random) -> dict[str, bytes]:
     typed = seed.replace(b": \"", b": [").replace(b"\": ", b"\": {\"x\": ", 1)
     return {
         "nested 100k": b"[" * 100_000 + b"]" * 100_000 + b"\n" + seed,
+        "nested 10^6, unclosed": b"[" * 10**6,
         "nested object": b'{"a":' * 50_000 + b"1" + b"}" * 50_000 + b"\n",
-        "oversized line": b"x" * (SMALL_LINE_BOUND + 1) + b"\n" + seed,
+        "oversized line": b"x" * (MAX_LINE_BYTES + 1) + b"\n" + seed,  # the real bound: one byte over it
         "invalid utf-8": seed[: len(seed) // 2] + b"\xff\xfe\xc0\xaf" + seed[len(seed) // 2:],
         "lone surrogate": seed + b'{"_id": "\\ud800", "text": "\\udfff"}\n',
         "nul bytes": seed.replace(b" ", b"\x00", 3),
@@ -120,9 +130,8 @@ conditions:
 RUN = b"q1 Q0 d1 1 2.5 fuzz\nq1 Q0 d3 2 1.5 fuzz\nq1 Q0 d2 3 0.5 fuzz\n"
 
 
-def test_every_input_kind_fuzzed_ends_in_exit_0_or_2_bounded_and_contained(tmp_path: Path, capsys, monkeypatch) -> None:
+def test_every_input_kind_fuzzed_ends_in_exit_0_or_2_bounded_and_contained(tmp_path: Path, capsys) -> None:
     """One test over every variant of every input kind, so the count is one figure (printed)."""
-    monkeypatch.setattr(archives, "MAX_LINE_BYTES", SMALL_LINE_BOUND)
     rng = random.Random(20261204)
     counted: dict[str, int] = {}
 
@@ -199,3 +208,120 @@ def _alias_bomb() -> bytes:
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 10)]
     return ("\n".join(lines) + "\n").encode()
+
+
+# -- Folders (issue 44): every JSON file of a vector, index, bundle, model and run folder ---------------------
+
+SPECIAL = ("fifo", "/dev/zero", "outside link")
+
+
+def _plant(path: Path, variant: str, data: bytes = b"") -> None:
+    """Replace ``path`` (never written through: a hard link to a shared file stays untouched) by a FIFO, a link
+    to /dev/zero or out of its folder, or by ``data``."""
+    path.unlink(missing_ok=True)
+    if variant == "fifo":
+        os.mkfifo(path)
+    elif variant == "/dev/zero":
+        path.symlink_to("/dev/zero")
+    elif variant == "outside link":
+        path.symlink_to(Path(__file__).resolve())
+    else:
+        path.write_bytes(data)
+
+
+def _variants(seed: bytes, rng: random.Random, special: bool = True) -> dict[str, bytes]:
+    return {**(dict.fromkeys(SPECIAL, b"") if special else {}), **mutations(seed, rng)}
+
+
+def test_every_folder_kind_fuzzed_ends_in_exit_0_or_2_bounded_and_contained(tmp_path: Path, capsys, impact_index,
+                                                                              splade_tiny: Path) -> None:
+    """Each JSON file of each kind of folder (and each file of an index folder) in every variant, through the
+    command that reads it; the count is printed."""
+    rng = random.Random(20261205)
+    counted: dict[str, int] = {}
+
+    def fuzz(kind: str, path: Path, variants: dict[str, bytes], command: Callable, argv: list, root: Path,
+             output: Path) -> None:
+        original = path.read_bytes()
+        for name, data in variants.items():
+            _plant(path, name, data)
+            with hang_guard(path):
+                _run(f"{kind} {path.name} {name}", command, argv, root, output, capsys)
+            shutil.rmtree(output, ignore_errors=True)
+            counted[kind] = counted.get(kind, 0) + 1
+        _plant(path, "restored", original)
+
+    # A vector folder: manifest.json and a vector file, through index; timings.json through regress.
+    root = tmp_path / "vector-folder"
+    vectors = root / "encoded"
+    write_jsonl(vectors / "vectors" / "part-00000.jsonl",
+                [{"id": doc, "contents": "", "vector": {"heart": weight, "attack": 1}}
+                 for doc, weight in (("d1", 9), ("d2", 1), ("d3", 4))])
+    write_jsonl(vectors / "queries.jsonl", [{"id": "q1", "vector": {"heart": 2}}])
+    manifest = {"format": "vtrepro.encoded-corpus/1", "model": "m", "settings": {}, "complete": True, "documents": 3,
+                "total_terms": 17, "shards": [{"file": "vectors/part-00000.jsonl", "documents": 3, "total_terms": 17,
+                                               "sha256": "0" * 64}]}
+    (vectors / "manifest.json").write_text(json.dumps(manifest) + "\n")
+    (vectors / "timings.json").write_text(json.dumps({"device": "cpu", "seconds": {"part-00000.jsonl": 1.5}}) + "\n")
+    for name in ("manifest.json", "vectors/part-00000.jsonl"):
+        fuzz("vector folder", vectors / name, _variants((vectors / name).read_bytes(), rng), index,
+             ["--vectors", vectors, "--output", root / "out"], root, root / "out")
+    data = _beir(root)
+    spec = root / "spec.yaml"
+    spec.write_text("defaults: {metrics: [ndcg@10]}\nconditions:\n  given:\n    datasets:\n      mini:\n"
+                    f"        encoded: {{corpus: {vectors}, queries: {vectors / 'queries.jsonl'}}}\n")
+    fuzz("vector folder", vectors / "timings.json", _variants((vectors / "timings.json").read_bytes(), rng), regress,
+         ["--spec", spec, "--data-dir", data.parent.parent, "--runs", root / "runs"], root, root / "runs")
+    # Index folders: a PISA index's header, and any file of a Lucene index, through search.
+    root = tmp_path / "index-folders"
+    write_jsonl(root / "queries.jsonl", [{"id": "q1", "vector": {"heart": 2}}])
+    assert run_command(index, ["--engine", "pisa", "--vectors", vectors / "vectors", "--output", root / "pisa"],
+                       capsys)[0] == 0
+    search_argv = ["--queries", root / "queries.jsonl", "--output", root / "out" / "run.trec"]
+    fuzz("index folder", root / "pisa" / META_NAME, _variants((root / "pisa" / META_NAME).read_bytes(), rng), search,
+         ["--engine", "pisa", "--index", root / "pisa", *search_argv], root, root / "out")
+    lucene = Path(shutil.copytree(impact_index[0], root / "lucene"))
+    for path in sorted(lucene.iterdir()):
+        fuzz("index folder", path, dict.fromkeys(SPECIAL, b""), search, ["--index", lucene, *search_argv], root,
+             root / "out")
+    # Bundles: bundle.json in every variant, inside a tar, through regress --vectors.
+    root = tmp_path / "bundle-folder"
+    data = _beir(root)
+    (root / "spec.yaml").write_bytes(SPEC.replace(b"retrieval: bm25\n    bm25: {k1: 0.9, b: 0.4}\n",
+                                                  b"model: splade-tiny\n"))
+    header = json.dumps({"format": BUNDLE_FORMAT, "runs": {"bm25/mini": {"corpus": {}, "queries": {}}}}).encode()
+    for name, content in mutations(header, rng).items():
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            info = tarfile.TarInfo("bundle.json")
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+        (root / "bundle.tar").write_bytes(buffer.getvalue())
+        _run(f"bundle.json {name}", regress, ["--spec", root / "spec.yaml", "--data-dir", root, "--runs", root / "out",
+                                              "--vectors", root / "bundle.tar"], root, root / "out", capsys)
+        counted["bundle"] = counted.get("bundle", 0) + 1
+    # A model folder: its config.json (hard links to splade-tiny's other files), through encode.
+    root = tmp_path / "model-folder"
+    model = root / "model"
+    model.mkdir(parents=True)
+    for path in splade_tiny.iterdir():
+        if path.is_file():
+            os.link(path.resolve(), model / path.name)
+    write_jsonl(root / "corpus.jsonl", [{"_id": "d1", "text": "heart attack"}])
+    fuzz("model folder", model / "config.json", _variants((model / "config.json").read_bytes(), rng), encode,
+         ["--model", model, "--corpus", root / "corpus.jsonl", "--output", root / "out", "--batch-size", "1"], root,
+         root / "out")
+    # A run folder: results.json and per_query.json, through report.
+    root = tmp_path / "run-folder"
+    results = root / "results"
+    (results / "c" / "mini").mkdir(parents=True)
+    (results / "results.json").write_text(json.dumps({"spec": "spec.yaml", "description": "seed", "rows": [
+        {"condition": "c", "dataset": "mini", "metric": "ndcg@10", "kind": "score", "tier": "fixed",
+         "expected": 1.0, "observed": 1.0, "status": "OK", "difference": "", "note": ""}]}) + "\n")
+    (results / "c" / "mini" / "per_query.json").write_text(json.dumps({"ndcg@10": {"q1": 1.0}}) + "\n")
+    for path in (results / "results.json", results / "c" / "mini" / "per_query.json"):
+        fuzz("run folder", path, _variants(path.read_bytes(), rng), report, [results, "--output", root / "out"], root,
+             root / "out")
+    total = sum(counted.values())
+    print(f"\nfuzzed folder inputs: {total} ({', '.join(f'{kind} {count}' for kind, count in counted.items())})")
+    assert set(counted) == {"vector folder", "index folder", "bundle", "model folder", "run folder"} and total >= 150

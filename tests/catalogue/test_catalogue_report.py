@@ -25,11 +25,11 @@ import pytest
 from test_catalogue import run_command, snapshot
 
 from conftest import assert_one_error_line
+from vtrepro.core.io import JSON_FILE_BYTES
 from vtrepro.regress.compare import ResultRow
 from vtrepro.report.command import main as report_main
 from vtrepro.report.render import hold_interrupts
 from vtrepro.report.results import (
-    MAX_JSON_BYTES,
     MAX_LOSS_POINTS,
     MAX_NAME_CHARS,
     MAX_RUNS,
@@ -283,8 +283,8 @@ LAYOUTS = {
                           ["holds 1e999, which is too large"]),
     "an integer of 5000 digits": (lambda: json.dumps(results_document(HARMLESS)).replace("5183", "9" * 5000, 1),
                                   ["an integer of 5000 digits"]),
-    "nesting 100000 deep": (lambda: _deep(100_000), ["nested too deeply"]),
-    "not JSON": (lambda: json.dumps(results_document(HARMLESS))[:-40], ["results.json:1: not valid JSON"]),
+    "nesting 100000 deep": (lambda: _deep(100_000), ["nested deeper than 64 levels"]),
+    "not JSON": (lambda: json.dumps(results_document(HARMLESS))[:-40], ["results.json: not valid JSON"]),
     "invalid UTF-8": (lambda: json.dumps(results_document(HARMLESS)).encode().replace(b"two conditions", b"two \xff"),
                       ["not valid UTF-8"]),
 }
@@ -302,7 +302,7 @@ def test_results_of_another_layout_are_refused_with_their_json_path(case, tmp_pa
 
 
 def test_a_results_file_of_1_gib_is_refused_before_it_is_read(tmp_path, capsys):
-    """A sparse 1 GiB results.json: refused after reading at most MAX_JSON_BYTES + 1 bytes (it used to be read whole)."""
+    """A sparse 1 GiB results.json: refused from its size, before it is opened (it used to be read whole)."""
     folder = tmp_path / "results"
     folder.mkdir()
     with open(folder / RESULTS_NAME, "wb") as handle:
@@ -313,8 +313,9 @@ def test_a_results_file_of_1_gib_is_refused_before_it_is_read(tmp_path, capsys):
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert_one_error_line(code, stderr, f"{folder / RESULTS_NAME}: larger than {MAX_JSON_BYTES >> 20} MiB")
-    assert peak < 4 * MAX_JSON_BYTES and not (tmp_path / "report").exists()  # the 1 GiB was never read whole
+    assert_one_error_line(code, stderr, f"{folder / RESULTS_NAME}: {1 << 30} bytes, more than the "
+                                        f"{JSON_FILE_BYTES['results']} such a file may hold")
+    assert peak < 4 * JSON_FILE_BYTES["results"] and not (tmp_path / "report").exists()  # never read whole
 
 
 # -- 3. Files a results folder points to, outside it -------------------------------------------------
@@ -330,7 +331,7 @@ def test_files_outside_the_results_folder_are_never_read(tmp_path, capsys):
     per_query.unlink()
     per_query.symlink_to(secret)
     code, _, stderr = report([folder], tmp_path / "out", capsys)
-    assert_one_error_line(code, stderr, f"{per_query}: leads to {secret}, outside the results folder")
+    assert_one_error_line(code, stderr, f"{per_query}: leads to {secret}, outside the folder")
 
     outside = tmp_path / "elsewhere"
     write_results(outside, results_document(HARMLESS), per_query=False)
@@ -338,7 +339,7 @@ def test_files_outside_the_results_folder_are_never_read(tmp_path, capsys):
     linked.mkdir()
     (linked / RESULTS_NAME).symlink_to(outside / RESULTS_NAME)
     code, _, stderr = report([linked], tmp_path / "out", capsys)
-    assert_one_error_line(code, stderr, f"{linked / RESULTS_NAME}: leads to", "outside the results folder")
+    assert_one_error_line(code, stderr, f"{linked / RESULTS_NAME}: leads to", "outside the folder")
 
     folder = write_results(tmp_path / "nan-scores", results_document(HARMLESS))
     (folder / "splade-tiny" / "nfcorpus" / PER_QUERY_NAME).write_text('{"ndcg@10": {"q1": NaN}}')

@@ -175,3 +175,14 @@ def test_pyserini_reproduces_the_regression_run_encoding_the_query_texts(splade_
 def test_the_pyserini_command_refuses_a_module_pyserini_lacks_in_one_line(module, capsys, pyserini_search):
     code, _, stderr = run_command(pyserini_main, [module, "--help"], capsys)
     assert_one_error_line(code, stderr, f"'{module}' is not a module of the installed Pyserini")
+
+
+def test_the_pyserini_command_on_topics_pyserini_cannot_read_is_one_line(tmp_path, capsys, pyserini_search,
+                                                                          impact_index):
+    """Hostile review (issue 44): Pyserini's own AttributeError on a JSONL topics file without its fields used to
+    be exit 3, an internal error of vtrepro's; it is Pyserini's failure on that input, one line."""
+    topics = tmp_path / "topics.jsonl"
+    topics.write_text(json.dumps({"id": "q1", "vector": {"paris": 1}}) + "\n")
+    code, _, stderr = run_command(pyserini_main, ["search.lucene", "--index", impact_index[0], "--topics", topics,
+                                                  "--output", tmp_path / "run.trec", "--impact"], capsys)
+    assert_one_error_line(code, stderr, "pyserini.search.lucene failed (AttributeError", "check its arguments")

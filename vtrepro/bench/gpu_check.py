@@ -35,6 +35,7 @@ from vtrepro.core.cli import add_data_dir, add_model_dir, add_output_file, cli_e
 from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK
 from vtrepro.core.io import atomic_write, check_output
 from vtrepro.core.launch import Job, Mode, command_line
+from vtrepro.encode.folder import EncodedFolder
 
 
 @dataclass(frozen=True)
@@ -184,8 +185,7 @@ def torchrun_encode(check: Check, figures: Figures) -> None:
         job = Job("encode", (*options, "--output", str(check.work / f"encode-{name}")))
         check.run(f"encode-{name}", command_line(job, mode=mode, processes=processes)[1:])  # after this Python
         timings[name] = time.perf_counter() - started
-    one, many = (json.loads((check.work / f"encode-{name}" / "manifest.json").read_text(encoding="utf-8"))
-                 for name in ("one", "torchrun"))
+    one, many = (EncodedFolder(check.work / f"encode-{name}").load_manifest() or {} for name in ("one", "torchrun"))
     equal = one["fingerprint"] == many["fingerprint"] and one["shards"] == many["shards"]
     figures.add(f"torchrun encode, {processes} process(es) on {size.device}, against one process",
                 f"fingerprint {'equal' if equal else 'DIFFERENT'} ({many['fingerprint'][:12]}); "

@@ -10,7 +10,6 @@ and the peak memory, not quality. ``--cpu`` runs the same chain at a tiny size.
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import yaml
 
 from vtrepro.bench.machine import peak_rss_bytes
 from vtrepro.core.checkpoints import save_checkpoint
+from vtrepro.core.io import JSON_FILE_BYTES, read_json_file
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def run_smoke(size: SmokeSize, target: Path, work: Path, data_dir: str | None) -
     transfer = _report(run, "01-transfer", "transfer_report.json")
     mlm = _report(run, "02-mlm", "mlm_report.json")
     calibration = _report(run, "03-calibrate", "calibration_report.json")
-    training = json.loads((final / "training_report.json").read_text(encoding="utf-8"))
+    training = _report(final.parent, final.name, "training_report.json")
     return {
         "parameters": parameters, "seconds": round(seconds, 1), "transfer_seconds": transfer["seconds"],
         "mlm_steps": size.mlm_steps, "mlm_seconds_per_step": mlm["seconds"] / size.mlm_steps,
@@ -130,5 +130,6 @@ def _parameters(folder: Path) -> int:
 
 
 def _report(run: Path, stage: str, name: str) -> dict[str, Any]:
-    report: dict[str, Any] = json.loads((run / stage / name).read_text(encoding="utf-8"))
+    report: dict[str, Any] = read_json_file(run / stage / name, "rerun the paper smoke", JSON_FILE_BYTES["model"],
+                                            run / stage, {})
     return report

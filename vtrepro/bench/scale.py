@@ -28,7 +28,7 @@ import numpy as np
 
 from vtrepro.bench.machine import machine_line, peak_rss_bytes
 from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
-from vtrepro.core.io import atomic_write
+from vtrepro.core.io import atomic_write, parse_json
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import read_query_vectors, read_vectors, vector_files
 from vtrepro.encode.shards import ShardOptions
@@ -189,7 +189,7 @@ def run_stage(stage: str, documents: int, job: Callable[..., tuple[int | None, d
     process.join()
     if reply is None or process.exitcode != 0:
         raise VtreproError(f"bench scale: stage {stage} at {documents} documents failed (exit {process.exitcode})")
-    return StageFigures(stage, documents, **json.loads(reply))
+    return StageFigures(stage, documents, **parse_json(reply, f"bench scale: stage {stage}'s reply", "report it"))
 
 
 def _write_job(statistics: CollectionStatistics, documents: int, folder: Path) -> tuple[int, None]:

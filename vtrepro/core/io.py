@@ -13,7 +13,7 @@ import tempfile
 import unicodedata
 import zlib
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator, Literal
+from typing import IO, Any, Iterable, Iterator, Literal, Mapping
 
 import jsonlines
 
@@ -114,8 +114,28 @@ before it reaches a recursive reader (Python's or transformers'), where it ended
 MAX_JSON_INT_DIGITS = 40
 """Most digits of a JSON integer: every count, id or impact fits in far fewer; 5,000 digits make Python refuse
 the conversion (a ValueError) and millions make it slow."""
-MAX_MODEL_JSON_BYTES = 64 * 2**20
-"""Largest JSON file of a model folder read (a large multilingual tokenizer.json is about 17 MB)."""
+JsonKind = Literal["model", "manifest", "receipt", "scan", "index", "bundle", "prebuilt", "results", "stamp",
+                   "trainer_state", "pairs", "safetensors_header"]
+"""The kinds of JSON file vtrepro reads, each with its one size cap in :data:`JSON_FILE_BYTES`."""
+JSON_FILE_BYTES: dict[JsonKind, int] = {
+    "model": 64 * 2**20,  # a model folder's configs, tokenizer (a large multilingual tokenizer.json is about 17 MB),
+    # reports (transfer, MLM, training, calibration) and idf.json
+    "manifest": 64 * 2**20,  # a vector folder's manifest.json and timings.json (a shard is about 200 bytes of each)
+    "receipt": 2**20,  # one finished shard's receipt (a few hundred bytes)
+    "scan": 64 * 2**20,  # scan.json: one pass over a vector folder (its files' keys and statistics)
+    "index": 2**20,  # a PISA index's vtrepro-pisa.json (a few hundred bytes)
+    "bundle": 16 * 2**20,  # a vector bundle's bundle.json (every run's fingerprints)
+    "prebuilt": 16 * 2**20,  # a prebuilt index tarball's vtrepro.json; export index's prebuilt.json
+    "results": 32 * 2**20,  # results.json and per_query.json (10 conditions on 29 sets: about 1 MiB)
+    "stamp": 2**20,  # a run folder's build stamps (<folder>.build.json: a few settings)
+    "trainer_state": 16 * 2**20,  # a checkpoint's trainer_state.json (scalars and parameter-group settings)
+    "pairs": 2**30,  # a pairs file written as one JSON array (JSON lines are read line by line)
+    "safetensors_header": 100_000_000,  # a safetensors file's JSON header
+}
+"""The one size cap of each kind of JSON file, checked with ``stat`` before the file is opened and again on
+the bytes read (:func:`read_json_file`)."""
+MAX_MODEL_JSON_BYTES = JSON_FILE_BYTES["model"]
+"""Largest JSON file of a model folder read (the ``model`` cap of :data:`JSON_FILE_BYTES`)."""
 
 
 def _refuse_constant(name: str) -> float:
@@ -200,21 +220,81 @@ def check_regular_file(path: Path, max_bytes: int, fix: str, folder: Path | None
     return mode.st_size
 
 
+def check_folder_files(folder: Path, fix: str, max_bytes: int = 2**62) -> list[Path]:
+    """Every file under ``folder`` (its subfolders too), each a regular file of at most ``max_bytes`` inside the
+    folder once links are followed (:func:`check_regular_file`), checked with ``stat`` before anything opens
+    one: a FIFO, a device or a link leading out, anywhere in it, is one line ending with ``fix``. Returns them."""
+    files = []
+    for path in sorted(folder.iterdir()):
+        if path.is_dir() and not path.is_symlink():  # a linked folder is refused below (a folder, or outside)
+            files += check_folder_files(path, fix, max_bytes)
+        else:
+            check_regular_file(path, max_bytes, fix, folder)
+            files.append(path)
+    return files
+
+
+def open_regular_file(path: str | Path, fix: str) -> IO[bytes]:
+    """``path`` opened for reading without ever blocking (``O_NONBLOCK``: a FIFO swapped in after a
+    :func:`check_regular_file` opens at once) and checked again on the open descriptor: a regular file, or
+    one line ending with ``fix``."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        raise VtreproError(f"{path}: cannot be read ({error.strerror}); {fix}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise VtreproError(f"{path}: is no longer a regular file (replaced while being read); {fix}")
+    return os.fdopen(fd, "rb")
+
+
+FieldTypes = Mapping[str, type | tuple[type, ...]]
+"""The fields of a JSON object a reader uses, each with its type (or types; ``type(None)`` among them makes the
+field optional): :func:`check_fields`."""
+
+
+def check_fields(value: Any, where: str, fix: str, fields: FieldTypes) -> dict[str, Any]:
+    """``value`` as a JSON object whose ``fields`` have their types (a bool is no int), or one line naming
+    ``where`` and the first field that is missing or of another type."""
+    if not isinstance(value, dict):
+        raise VtreproError(f"{where}: holds a JSON {_json_type(value)}, not an object; {fix}")
+    for name, kinds in fields.items():
+        kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+        field = value.get(name)
+        if not isinstance(field, kinds) or (isinstance(field, bool) and bool not in kinds):
+            got = "is missing" if name not in value else f"is a JSON {_json_type(field)}"
+            wanted = " or ".join(_JSON_TYPES.get(kind, kind.__name__) for kind in kinds)
+            raise VtreproError(f"{where}: field {name!r} {got}, expected {wanted}; {fix}")
+    return value
+
+
+_JSON_TYPES = {dict: "object", list: "array", str: "string", int: "integer", float: "number", bool: "boolean",
+               type(None): "null"}
+
+
+def _json_type(value: Any) -> str:
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
 def read_json_file(path: str | Path, fix: str, max_bytes: int = MAX_MODEL_JSON_BYTES,
-                   folder: Path | None = None) -> Any:
-    """A user's JSON file: a regular file (:func:`check_regular_file`: checked before it is opened, inside
-    ``folder`` when given) of at most ``max_bytes``, parsed by :func:`parse_json`; every fault one line ending
-    with ``fix``."""
+                   folder: Path | None = None, fields: FieldTypes | None = None) -> Any:
+    """A JSON file, whoever wrote it (vtrepro or a stranger: the one path): a regular file
+    (:func:`check_regular_file`: checked before it is opened, inside ``folder`` when given) of at most
+    ``max_bytes`` (its kind's cap in :data:`JSON_FILE_BYTES`), opened without blocking
+    (:func:`open_regular_file`), parsed by :func:`parse_json`; with ``fields``, an object whose fields have
+    those types (:func:`check_fields`). Every fault is one line ending with ``fix``."""
     path = Path(path)
     check_regular_file(path, max_bytes, fix, folder)
     try:
-        with open(path, "rb") as handle:
+        with open_regular_file(path, fix) as handle:
             data = handle.read(max_bytes + 1)
     except OSError as error:
         raise VtreproError(f"{path}: cannot be read ({error.strerror}); {fix}") from None
     if len(data) > max_bytes:
         raise VtreproError(f"{path}: more than the {max_bytes} bytes such a file may hold; {fix}")
-    return parse_json(data, str(path), fix)
+    value = parse_json(data, str(path), fix)
+    return value if fields is None else check_fields(value, str(path), fix, fields)
 
 
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -341,11 +421,28 @@ def check_writable(folder: str | Path) -> None:
         raise VtreproError(f"{folder}: cannot write here ({error.strerror}); choose another output path") from None
 
 
-def check_replaceable(path: str | Path) -> Path:
-    """Fail before any work when the existing regular file ``path`` cannot be replaced by an atomic write:
-    it or its folder is on a read-only file system or not writable for this user (each tried for real),
-    or its mode marks it read-only (honoured for root too, whom the mode does not stop)."""
+def rewritten_in_place(path: str | Path) -> Path:
+    """The file that rewriting the given file ``path`` in place (``regress --record`` into its spec) replaces:
+    ``path`` itself, or, when it is a symbolic link, the file it leads to, which must lie inside the link's own
+    folder (written there atomically; the link stays a link). A link leading anywhere else is refused in one
+    line: vtrepro never replaces a link with a file, nor writes where a link sent from elsewhere points."""
     path = Path(path)
+    if not path.is_symlink():
+        return path
+    target, folder = path.resolve(), path.absolute().parent.resolve()
+    if not target.is_relative_to(folder):
+        raise VtreproError(f"{path}: is a symbolic link to {target}, outside the link's folder {folder}; vtrepro "
+                           "rewrites a linked file only inside that folder and never replaces the link: give the "
+                           f"file itself ({target}) or copy it here")
+    return target
+
+
+def check_replaceable(path: str | Path) -> Path:
+    """Fail before any work when the existing regular file ``path`` (a link: the file it leads to, which
+    :func:`rewritten_in_place` must accept) cannot be replaced by an atomic write: it or its folder is on a
+    read-only file system or not writable for this user (each tried for real), or its mode marks it read-only
+    (honoured for root too, whom the mode does not stop). Returns the file a rewrite replaces."""
+    path = rewritten_in_place(path)
     _check_kind(path, "file")
     try:
         with open(path, "r+b"):  # opened for writing, nothing written

@@ -12,13 +12,14 @@ Every module that reads or writes such a folder (encode, index, search, regress,
 """
 from __future__ import annotations
 
-import json
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import check_output, check_writable
+from vtrepro.core.io import JSON_FILE_BYTES, FieldTypes, JsonKind, check_fields, check_output, check_writable, read_json_file
 
 MANIFEST_NAME = "manifest.json"
 VECTORS_DIRNAME = "vectors"
@@ -32,6 +33,14 @@ in a regression's artifacts folder for vectors from elsewhere (:func:`vtrepro.en
 RECEIPTS_DIRNAME = ".shards"
 """While encoding, one receipt per finished shard (its record, settings digest, seconds and device);
 merged into the manifest when every shard is done. Any process may write them, in any order."""
+SHARD_FIELDS: FieldTypes = {"file": str, "documents": int, "total_terms": int, "sha256": str}
+"""A shard's record, in the manifest and in its receipt: the fields every reader uses, with their types."""
+MANIFEST_FIELDS: FieldTypes = {"settings": dict, "complete": bool, "documents": int, "total_terms": int,
+                               "shards": list, "fingerprint": (str, type(None))}
+RECEIPT_FIELDS: FieldTypes = {**SHARD_FIELDS, "settings_sha256": str, "seconds": (int, float), "device": str}
+TIMINGS_FIELDS: FieldTypes = {"device": str, "seconds": dict}
+_SHARD_ENTRY = re.compile(rf"{VECTORS_DIRNAME}/part-\d{{5,}}\.jsonl")
+MANIFEST_FIX = "delete the folder and encode again, or give the vector folder as 'encode' wrote it"
 
 
 @dataclass(frozen=True)
@@ -106,19 +115,49 @@ class EncodedFolder:
         """The receipt of shard file ``name``."""
         return self.receipts / f"{name}.json"
 
+    def _read(self, path: Path, kind: JsonKind, fields: FieldTypes) -> dict[str, Any]:
+        """One of the folder's JSON files through the one bounded reader: a regular file inside the folder, of at
+        most its kind's cap, its ``fields`` typed."""
+        return read_json_file(path, MANIFEST_FIX, JSON_FILE_BYTES[kind], self.root, fields)
+
+    @staticmethod
+    def _check_shards(path: Path, shards: list) -> None:
+        """Each shard record of ``path`` typed (:data:`SHARD_FIELDS`), its entry naming a file of ``vectors/``."""
+        for shard in shards:
+            check_fields(shard, f"{path}: a shard", MANIFEST_FIX, SHARD_FIELDS)
+            if not _SHARD_ENTRY.fullmatch(shard["file"]):
+                raise VtreproError(f"{path}: names the shard file {shard['file'][:80]!r}, not vectors/part-NNNNN.jsonl; "
+                                   f"{MANIFEST_FIX}")
+
     def load_manifest(self) -> dict[str, Any] | None:
-        """The manifest, or None for a plain vector folder."""
-        if not self.manifest_path.exists():
+        """The manifest, or None for a plain vector folder (no ``manifest.json``; a dangling link is an error)."""
+        if not os.path.lexists(self.manifest_path):
             return None
-        try:
-            return json.loads(self.manifest_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as error:
-            raise VtreproError(f"{self.manifest_path}:{error.lineno}: corrupt manifest ({error.msg}); delete the folder "
-                               "and re-encode") from None
+        manifest = self._read(self.manifest_path, "manifest", MANIFEST_FIELDS)
+        self._check_shards(self.manifest_path, manifest["shards"])
+        return manifest
+
+    def load_receipt(self, path: Path) -> dict[str, Any]:
+        """One shard's receipt (:data:`RECEIPT_FIELDS`)."""
+        receipt = self._read(path, "receipt", RECEIPT_FIELDS)
+        self._check_shards(path, [receipt])
+        return receipt
+
+    def load_timings(self) -> dict[str, Any] | None:
+        """The device and seconds of each shard (:data:`TIMINGS_FIELDS`), or None when the folder has none."""
+        if not os.path.lexists(self.timings):
+            return None
+        timings = self._read(self.timings, "manifest", TIMINGS_FIELDS)
+        for name, seconds in timings["seconds"].items():
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+                raise VtreproError(f"{self.timings}: shard {name[:80]!r} took {str(seconds)[:40]} seconds, not a "
+                                   f"number of seconds; {MANIFEST_FIX}")
+        return timings
 
     def is_complete(self) -> bool:
-        """Whether a manifest (a file) marks the encoding finished."""
-        return self.manifest_path.is_file() and bool(json.loads(self.manifest_path.read_text(encoding="utf-8")).get("complete"))
+        """Whether a manifest marks the encoding finished."""
+        manifest = self.load_manifest()
+        return manifest is not None and manifest["complete"]
 
     def remove_leftovers(self, expected_shards: set[str]) -> None:
         """Delete shards beyond the corpus and the temporary files of writes a killed run left behind."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import read_jsonl, unsafe_character
+from vtrepro.core.io import check_regular_file, read_jsonl, unsafe_character
 
 MAX_IMPACT = 2**31 - 1
 """Anserini stores an impact as a Lucene term frequency: a positive 32-bit integer."""
@@ -57,6 +57,8 @@ def vector_files(folder: str | Path) -> list[Path]:
                    if not path.name.startswith("."))
     if not files:
         raise VtreproError(f"{folder}: no *.jsonl vector files; point at an encoded corpus or a JsonVectorCollection folder")
+    for path in files:  # before anything opens one: a FIFO would block, a device never end
+        check_regular_file(path, 2**62, "a vector folder holds regular files: copy the vectors in", folder)
     return files
 
 

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import MAX_MODEL_JSON_BYTES, atomic_write, read_json_file
+from vtrepro.core.io import JSON_FILE_BYTES, atomic_write, read_json_file
 from vtrepro.encode.fingerprint import DuplicateId, Fingerprinter, VectorSetSummary, locate_duplicate
 from vtrepro.encode.reader import read_vectors, vector_files
 from vtrepro.encode.statistics import PERCENTILES, Sparsity, SparsityCounter
@@ -49,8 +49,6 @@ from vtrepro.encode.statistics import PERCENTILES, Sparsity, SparsityCounter
 logger = logging.getLogger(__name__)
 
 SCAN_FORMAT = "vtrepro.vector-scan/1"
-MAX_SCAN_BYTES = MAX_MODEL_JSON_BYTES
-"""A record holds one count per distinct term (a SPLADE vocabulary: ~30,000); a larger one is ignored."""
 SETTLE_NS = 50_000_000
 """A file's times lag the clock by up to a kernel tick (10 ms at 100 Hz): one changed less than this long
 ago may change again without its times moving."""
@@ -144,10 +142,10 @@ def _sparsity_json(sparsity: Sparsity) -> dict[str, Any]:
 
 def _recorded(record: Path, keys: list[dict[str, Any]], quiet: bool = False) -> VectorScan | None:
     """The scan ``record`` holds when it is a well-formed record of files with exactly ``keys``, else None."""
-    if not record.is_file():
+    if not os.path.lexists(record):
         return None
     try:
-        data = read_json_file(record, "ignored", MAX_SCAN_BYTES)
+        data = read_json_file(record, "ignored", JSON_FILE_BYTES["scan"], record.parent)  # one count per distinct term
         if not isinstance(data, dict) or data.get("format") != SCAN_FORMAT:
             raise ValueError(f"not a {SCAN_FORMAT} record")
         if data.get("files") != keys:

@@ -8,15 +8,15 @@ manifest and the timings. Documents are encoded in whole sort windows counted fr
 """
 from __future__ import annotations
 
-import json
 import logging
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import sha256_file, write_json, write_jsonl
+from vtrepro.core.io import check_regular_file, sha256_file, write_json, write_jsonl
 from vtrepro.core.options import Options, option
 from vtrepro.core.progress import Progress
 from vtrepro.core.schema import Field
@@ -116,12 +116,20 @@ def finished_shards(folder: EncodedFolder, manifest: dict | None, settings: dict
     digest = settings_digest(settings)
     records = list(manifest["shards"]) if manifest is not None else []
     for receipt in sorted(folder.receipts.glob("*.json")):
-        record = json.loads(receipt.read_text(encoding="utf-8"))
-        if record.pop("settings_sha256", None) == digest:
+        record = folder.load_receipt(receipt)
+        if record.pop("settings_sha256") == digest:
             records.append(record)
-    return {Path(record["file"]).name: record for record in records
-            if folder.entry_path(record["file"]).is_file()
-            and sha256_file(folder.entry_path(record["file"])) == record["sha256"]}
+    return {Path(record["file"]).name: record for record in records if _intact(folder, record)}
+
+
+def _intact(folder: EncodedFolder, record: dict) -> bool:
+    """Whether the shard file ``record`` names exists with its recorded checksum; one that is not a regular file
+    inside the folder (a FIFO, a device, a link leading out) is refused before it is opened."""
+    path = folder.entry_path(record["file"])
+    if not os.path.lexists(path):
+        return False
+    check_regular_file(path, 2**62, "remove it, or encode into another --output", folder.root)
+    return sha256_file(path) == record["sha256"]
 
 
 def merge_receipts(folder: EncodedFolder, model: str, settings: dict, expected_files: list[str]) -> dict[str, Any]:
@@ -131,11 +139,11 @@ def merge_receipts(folder: EncodedFolder, model: str, settings: dict, expected_f
     if missing:
         raise VtreproError(f"{folder.root}: shard(s) {', '.join(missing[:3])} were not written (a process failed); "
                            "rerun the same command to encode what is missing")
-    earlier = json.loads(folder.timings.read_text(encoding="utf-8")) if folder.timings.is_file() else {}
-    seconds = {name: earlier.get("seconds", {}).get(name) for name in expected_files}
-    devices = {earlier["device"]} if earlier.get("device") else set()
+    earlier = folder.load_timings() or {"device": "", "seconds": {}}
+    seconds = {name: earlier["seconds"].get(name) for name in expected_files}
+    devices = {earlier["device"]} if earlier["device"] else set()
     for path in folder.receipts.glob("*.json"):
-        receipt = json.loads(path.read_text(encoding="utf-8"))
+        receipt = folder.load_receipt(path)
         seconds[Path(receipt["file"]).name] = receipt["seconds"]
         devices.add(receipt["device"])
     write_json(folder.timings, {"device": ", ".join(sorted(devices)),

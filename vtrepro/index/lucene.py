@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 from vtrepro.core.anserini import newer_lucene_fix
 from vtrepro.core.cli import DEFAULT_THREADS, add_output_folder, add_renamed, add_threads, add_vectors, cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import check_output, process_alive
+from vtrepro.core.io import check_folder_files, check_output, process_alive
 from vtrepro.core.java import describe_causes, java_class, java_errors, java_path, logged_java_errors, start_jvm
 from vtrepro.core.log import verbose
 from vtrepro.core.progress import Progress
@@ -435,6 +435,7 @@ def check_index_folder(index_dir: str | Path) -> str:
         raise VtreproError(f"{path}: is an empty folder, not a Lucene index; build it with {BUILD_COMMAND}")
     if not is_lucene_index(path):
         raise VtreproError(f"{path}: not a Lucene index (no segments_N file); build it with {BUILD_COMMAND}")
+    check_folder_files(path, f"not a Lucene index as Anserini writes it: {REBUILD}")  # Lucene would block on a FIFO
     return java_path(path)
 
 

@@ -9,7 +9,6 @@ that already holds the same vectors (same fingerprint).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
@@ -25,7 +24,7 @@ import numpy as np
 
 from vtrepro.core.cli import DEFAULT_THREADS
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import process_alive, write_json
+from vtrepro.core.io import JSON_FILE_BYTES, FieldTypes, check_fields, process_alive, read_json_file, write_json
 from vtrepro.core.log import verbose
 from vtrepro.core.progress import Progress
 from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files
@@ -47,16 +46,22 @@ def pisa_term(term: str) -> str:
     return term.encode("utf-8").hex()
 
 
+META_FIELDS: FieldTypes = {"format": str, "vectors_sha256": str, "documents": int, "unique_terms": int,
+                           "total_terms": int, "max_impact": int}
+"""What :func:`build_pisa_index` records and every reader uses, with their types."""
+META_FIX = "delete the folder and build it again with 'python -m vtrepro index --engine pisa'"
+
+
 def read_pisa_meta(index_dir: str | Path) -> dict | None:
-    """What :func:`build_pisa_index` recorded about a PISA index folder, or None when it holds none."""
+    """What :func:`build_pisa_index` recorded about a PISA index folder, or None when it holds none (or one of
+    another format); through the one bounded JSON reader, inside the folder, its fields typed."""
     path = Path(index_dir) / META_NAME
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise VtreproError(f"{path}:{error.lineno}: corrupt ({error.msg}); delete the folder and build it again") from None
-    return meta if isinstance(meta, dict) and meta.get("format") == META_FORMAT else None
+    meta = read_json_file(path, META_FIX, JSON_FILE_BYTES["index"], Path(index_dir))
+    if not isinstance(meta, dict) or meta.get("format") != META_FORMAT:
+        return None
+    return check_fields(meta, str(path), META_FIX, META_FIELDS)
 
 
 def build_pisa_index(vectors_dir: str | Path, index_dir: str | Path, expected: VectorSetSummary | None = None,

@@ -47,7 +47,7 @@ from typing import Any, Iterator, Mapping
 from vtrepro.core.anserini import check_readable
 from vtrepro.core.archives import MAX_LINE_BYTES, bounded_lines, check_room, expansion_allowance, open_tar
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import atomic_write, read_json_file, sha256_file, unsafe_character
+from vtrepro.core.io import JSON_FILE_BYTES, atomic_write, read_json_file, sha256_file, unsafe_character
 from vtrepro.encode.fingerprint import fingerprint_vectors
 from vtrepro.encode.reader import MAX_IMPACT, MAX_VECTOR_TERMS
 
@@ -64,7 +64,6 @@ WRITER_KEYS = ("anserini_lucene", "anserini", "pyserini")
 """The header's record of what wrote the index: the Lucene inside the Anserini, the Anserini, the Pyserini."""
 MAX_MEMBERS = 10_000  # a Lucene index written with one thread holds a few dozen files
 MAX_EXTRACTED_BYTES = 256 << 30  # declared sizes in all: room for MS MARCO v2 impact indexes, not for a tar bomb
-MAX_JSON_BYTES = 16 << 20
 HEADER_TYPES: dict[str, type | tuple[type, ...]] = {
     "name": str, "queries_fingerprint": (str, type(None)), "statistics": dict, "encoder": dict, "spec": str,
     "condition": str, "dataset": str, "split": str, **{key: (str, type(None)) for key in WRITER_KEYS}}
@@ -281,8 +280,9 @@ def _member_problem(member: tarfile.TarInfo, top: str | None) -> str | None:
         return "lies outside the archive's one top folder"
     if len(path.parts) > 3 or (len(path.parts) == 3 and path.parts[1] != INDEX_DIRNAME):
         return "is not a file of a prebuilt index (the index's files, topics, qrels, README and header)"
-    if path.name == HEADER_NAME and member.size > MAX_JSON_BYTES:
-        return f"declares {member.size} bytes; the header is read whole and may hold at most {MAX_JSON_BYTES}"
+    if path.name == HEADER_NAME and member.size > JSON_FILE_BYTES["prebuilt"]:
+        return (f"declares {member.size} bytes; the header is read whole and may hold at most "
+                f"{JSON_FILE_BYTES['prebuilt']}")
     return None
 
 
@@ -348,7 +348,7 @@ def read_header(root: Path, tarball: Path) -> dict[str, Any]:
         raise VtreproError(f"{tarball}: no readable {HEADER_NAME}; not a prebuilt index from 'python -m vtrepro "
                            "export index'")
     header = read_json_file(path, f"{tarball} is not a prebuilt index from 'python -m vtrepro export index': "
-                                  "fetch it again or re-export it", MAX_JSON_BYTES, root)
+                                  "fetch it again or re-export it", JSON_FILE_BYTES["prebuilt"], root)
     if not isinstance(header, dict) or header.get("format") != PREBUILT_FORMAT or not isinstance(header.get("files"), dict):
         raise VtreproError(f"{tarball}: {HEADER_NAME} is not a {PREBUILT_FORMAT} header; re-export it")
     wrong = next((key for key, kind in HEADER_TYPES.items() if key in header and not isinstance(header[key], kind)), None)

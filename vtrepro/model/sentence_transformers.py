@@ -29,11 +29,11 @@ from typing import Any, Callable
 
 from vtrepro.core.checkpoints import check_out, staged_folder
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import atomic_write, read_json_file, write_json
+from vtrepro.core.io import JSON_FILE_BYTES, atomic_write, read_json_file, write_json
 from vtrepro.core.log import quiet_transformers
 from vtrepro.model.identity import model_fingerprint
 from vtrepro.model.idf import IdfQueryEncoder
-from vtrepro.model.loading import MAX_MODEL_FILE_BYTES, check_model_file, load_masked_lm, resolve_model
+from vtrepro.model.loading import check_model_file, load_masked_lm, resolve_model
 from vtrepro.model.options import EncoderOptions
 
 FORMAT_VERSION = "6.3.0"
@@ -132,7 +132,7 @@ def _reports(model: str | Path, model_dir: str | Path | None) -> dict[str, dict[
     for name in REPORT_NAMES if folder.is_dir() else ():
         if check_model_file(folder, name):
             report = read_json_file(folder / name, "the report is truncated or corrupt: restore it or remove it from "
-                                    "the model folder", MAX_MODEL_FILE_BYTES, folder)
+                                    "the model folder", JSON_FILE_BYTES["model"], folder)
             reports[name] = report if isinstance(report, dict) else {"value": report}
     return reports
 

@@ -16,9 +16,9 @@ import torch
 from torch import nn
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import read_json_file, write_json
+from vtrepro.core.io import JSON_FILE_BYTES, read_json_file, write_json
 from vtrepro.core.progress import Progress
-from vtrepro.model.loading import MAX_MODEL_FILE_BYTES, check_model_file, load_masked_lm, resolve_model
+from vtrepro.model.loading import check_model_file, load_masked_lm, resolve_model
 from vtrepro.model.options import PRECISIONS, EncoderOptions
 from vtrepro.model.projection import ScreenedProjection, dense_max_logits, resolve_projection
 
@@ -101,7 +101,7 @@ def recorded_activation(folder: str | Path) -> str | None:
     path = Path(folder) / ACTIVATION_FILE
     if not check_model_file(Path(folder), ACTIVATION_FILE):
         return None
-    recorded = read_json_file(path, 'expected {"activation": "log1p" or "log1p-log1p"}', MAX_MODEL_FILE_BYTES,
+    recorded = read_json_file(path, 'expected {"activation": "log1p" or "log1p-log1p"}', JSON_FILE_BYTES["model"],
                               Path(folder))
     activation = recorded.get("activation") if isinstance(recorded, dict) else None
     if not isinstance(activation, str):

@@ -28,7 +28,7 @@ from typing import IO, Any, Iterable
 from vtrepro.core.archives import MAX_LINE_BYTES as _MAX_LINE_BYTES
 from vtrepro.core.archives import check_room, open_tar
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import atomic_write, sha256_file
+from vtrepro.core.io import JSON_FILE_BYTES, atomic_write, check_fields, read_json_file, sha256_file
 from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_vectors
 from vtrepro.encode.folder import MANIFEST_NAME, EncodedFolder
 from vtrepro.encode.reader import read_query_vectors, vector_files
@@ -37,7 +37,6 @@ from vtrepro.encode.scan import scan_folder
 BUNDLE_FORMAT = "vtrepro.vector-bundle/1"
 BUNDLE_MANIFEST = "bundle.json"
 MAX_MEMBERS = 200_000  # headers held in memory while checking; BEIR-13 plus MS MARCO at 2,000 per shard is ~8,000 a run
-MAX_JSON_BYTES = 16 << 20  # bundle.json and each run's manifest.json are parsed whole
 MAX_LINE_BYTES = _MAX_LINE_BYTES  # a vector line is read whole when fingerprinted: every line reader's bound
 COPY_BLOCK = 1 << 20
 
@@ -172,8 +171,9 @@ def _member_problem(member: tarfile.TarInfo, budget: int) -> str | None:
         return "has a path that leaves the bundle"
     if member.size > budget:
         return f"declares {member.size} bytes, more than the whole bundle's {budget}"
-    if path.name in (BUNDLE_MANIFEST, MANIFEST_NAME) and member.size > MAX_JSON_BYTES:
-        return f"declares {member.size} bytes; this header is read whole and may hold at most {MAX_JSON_BYTES}"
+    cap = JSON_FILE_BYTES["bundle" if path.name == BUNDLE_MANIFEST else "manifest"]
+    if path.name in (BUNDLE_MANIFEST, MANIFEST_NAME) and member.size > cap:
+        return f"declares {member.size} bytes; this header is read whole and may hold at most {cap}"
     return None
 
 
@@ -213,16 +213,22 @@ def _line_length(block: bytes, carried: int) -> int:
 
 
 def read_bundle_manifest(folder: Path, bundle: Path) -> dict[str, Any]:
+    """The bundle's header (``bundle.json``) through the one bounded JSON reader; a refusal names the bundle and
+    the member, not the cache folder it was extracted into."""
     path = folder / BUNDLE_MANIFEST
-    if path.is_file() and path.stat().st_size > MAX_JSON_BYTES:
-        raise VtreproError(f"{bundle}: {BUNDLE_MANIFEST} holds {path.stat().st_size} bytes; a vtrepro bundle header "
-                           f"is read whole and holds at most {MAX_JSON_BYTES}: re-export the bundle")
+    if not os.path.lexists(path):
+        raise VtreproError(f"{bundle}: no {BUNDLE_MANIFEST}; not a vtrepro vector bundle")
     try:
-        header = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        raise VtreproError(f"{bundle}: no readable {BUNDLE_MANIFEST}; not a vtrepro vector bundle") from None
-    if not isinstance(header, dict) or header.get("format") != BUNDLE_FORMAT or not isinstance(header.get("runs"), dict):
+        header = read_json_file(path, "not a bundle 'export vectors' wrote: re-export the bundle",
+                                JSON_FILE_BYTES["bundle"], folder)
+    except VtreproError as error:
+        raise VtreproError(str(error).replace(str(path), f"{bundle}: member {BUNDLE_MANIFEST}", 1)) from None
+    if not isinstance(header, dict) or header.get("format") != BUNDLE_FORMAT:
         raise VtreproError(f"{bundle}: {BUNDLE_MANIFEST} is not a {BUNDLE_FORMAT} header; re-export the bundle")
+    check_fields(header, f"{bundle}: member {BUNDLE_MANIFEST}", "re-export the bundle", {"format": str, "runs": dict})
+    for key, recorded in header["runs"].items():
+        check_fields(recorded, f"{bundle}: member {BUNDLE_MANIFEST}: run {key[:80]!r}", "re-export the bundle",
+                     {"corpus": dict, "queries": dict})
     return header
 
 

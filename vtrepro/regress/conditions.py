@@ -3,15 +3,15 @@ checkpoint) and running it over one dataset: encode or reuse vectors, index, sea
 from __future__ import annotations
 
 import functools
-import json
 import logging
+import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import write_json
+from vtrepro.core.io import JSON_FILE_BYTES, read_json_file, write_json
 from vtrepro.core.launch import Job, Shared, launch
 from vtrepro.encode.fingerprint import VectorDiff, VectorSetSummary, fingerprint_vectors
 from vtrepro.encode.folder import EncodedFolder
@@ -43,8 +43,11 @@ def _stamp(folder: Path) -> Path:
 
 
 def _is_built(folder: Path, settings: dict[str, Any]) -> bool:
-    """Whether ``folder`` was built from ``settings`` (its ``build.json`` stamp says so)."""
-    return folder.is_dir() and _stamp(folder).is_file() and json.loads(_stamp(folder).read_text()) == settings
+    """Whether ``folder`` was built from ``settings`` (its ``build.json`` stamp, read by the one bounded JSON
+    reader, says so)."""
+    stamp = _stamp(folder)
+    return folder.is_dir() and os.path.lexists(stamp) and read_json_file(
+        stamp, f"remove it and {folder} to build them again", JSON_FILE_BYTES["stamp"], folder.parent) == settings
 
 
 def _cached_build(folder: Path, settings: dict[str, Any], build: Callable[[Path], object]) -> Path:
@@ -106,7 +109,8 @@ def trained_model(recipe_name: str, train_root: Path, model_dir: str | None, dat
     final = output / "final"
     if final.is_dir():
         report = final / TRAINING_REPORT
-        fingerprint = json.loads(report.read_text()).get("fingerprint") if report.is_file() else None
+        fingerprint = read_json_file(report, f"remove {output} to retrain it", JSON_FILE_BYTES["model"], final,
+                                     {"fingerprint": str})["fingerprint"] if os.path.lexists(report) else None
         if fingerprint != recipe.fingerprint():
             raise VtreproError(f"{final} was not trained from the current {recipe.path}; "
                                f"remove {output} to retrain it, or choose another --output")

@@ -6,7 +6,6 @@ by the vectors; timings are not.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,14 +51,13 @@ def encoding_rate(corpus: Path) -> tuple[float | None, str | None]:
     """Documents per second and device of an encoded corpus (its folder or its ``vectors/``), from the
     shard timings beside its manifest; None for plain vector folders and corpora not timed whole."""
     encoded = EncodedFolder.around(corpus)
-    manifest, timings_path = encoded.load_manifest(), encoded.timings
-    if manifest is None or not timings_path.is_file():
+    manifest, timings = encoded.load_manifest(), encoded.load_timings()
+    if manifest is None or timings is None:
         return None, None
-    timings = json.loads(timings_path.read_text(encoding="utf-8"))
     seconds = [timings["seconds"].get(Path(shard["file"]).name) for shard in manifest["shards"]]
     if None in seconds or sum(seconds) <= 0:
-        return None, timings.get("device")
-    return manifest["documents"] / sum(seconds), timings.get("device")
+        return None, timings["device"]
+    return manifest["documents"] / sum(seconds), timings["device"]
 
 
 def measure(index_dir: Path, index_seconds: float, timing: SearchTiming, corpus: Path | None = None,

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import logging
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ from vtrepro.core.cli import (
     number_in,
 )
 from vtrepro.core.errors import EXIT_OK, VtreproError
-from vtrepro.core.io import check_output, write_json
+from vtrepro.core.io import JSON_FILE_BYTES, check_output, read_json_file, write_json
 from vtrepro.core.java import start_jvm
 from vtrepro.core.schema import MAX_TEXT_TOKENS
 from vtrepro.data.beir import load_dataset
@@ -167,13 +167,8 @@ def prebuilt_run(spec: Spec, condition: Condition, dataset: DatasetRun, run_dir:
 
 def read_json_object(path: Path) -> dict[str, Any]:
     """An earlier export's ``prebuilt.json``, kept and added to (another --datasets subset into the same folder)."""
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        value = None
-    if not isinstance(value, dict):
-        raise VtreproError(f"{path}: not a {METADATA_NAME} 'export index' wrote; remove it or choose another --output")
-    return value
+    return read_json_file(path, f"not a {METADATA_NAME} 'export index' wrote: remove it or choose another --output",
+                          JSON_FILE_BYTES["prebuilt"], path.parent, {})
 
 
 def export_index(args: argparse.Namespace) -> int:
@@ -185,7 +180,7 @@ def export_index(args: argparse.Namespace) -> int:
         raise VtreproError(f"{spec.path}: no impact runs selected (BM25 runs are not exported as impact indexes)")
     start_jvm()
     metadata_path = args.output / METADATA_NAME
-    metadata: dict[str, Any] = read_json_object(metadata_path) if metadata_path.is_file() else {}
+    metadata: dict[str, Any] = read_json_object(metadata_path) if os.path.lexists(metadata_path) else {}
     for condition, dataset in selected:
         run = prebuilt_run(spec, condition, dataset, run_root / condition.name / dataset.name, args.data_dir)
         stats = index_stats(run.index)

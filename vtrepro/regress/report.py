@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vtrepro.core.anserini import anserini_version
-from vtrepro.core.io import read_jsonl
+from vtrepro.core.io import JSON_FILE_BYTES, check_fields, read_json_file, read_jsonl
 from vtrepro.core.machine import cpu_model
 from vtrepro.regress.spec import Spec
 from vtrepro.report.render import build_report, figure_text, hold_interrupts, report_files, write_files
@@ -115,8 +115,11 @@ def environment() -> dict[str, str]:
 
 def _calibration(report: Path) -> dict[str, dict[str, float]]:
     """APC's active terms per document before and after, from a calibration report."""
-    data = json.loads(report.read_text(encoding="utf-8"))
-    return {moment: {figure: data[moment][figure] for figure in CALIBRATION_FIGURES} for moment in ("before", "after")}
+    fix = f"remove {report.parent} to calibrate again"
+    data = read_json_file(report, fix, JSON_FILE_BYTES["model"], report.parent, {"before": dict, "after": dict})
+    figures = dict.fromkeys(CALIBRATION_FIGURES, (int, float))
+    return {moment: {figure: check_fields(data[moment], f"{report}: {moment}", fix, figures)[figure]
+                     for figure in CALIBRATION_FIGURES} for moment in ("before", "after")}
 
 
 def _training_loss(log: Path) -> list[list[float]]:

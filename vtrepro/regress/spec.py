@@ -18,7 +18,7 @@ from typing import Any
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import atomic_write, unsafe_character
+from vtrepro.core.io import atomic_write, rewritten_in_place, unsafe_character
 from vtrepro.core.options import Options, option
 from vtrepro.core.schema import Checker, Field, read_yaml, round_trip_yaml
 from vtrepro.core.shipped import SHIPPED_DIR, find_shipped
@@ -447,5 +447,5 @@ def record_observed(path: Path, observed: dict[tuple[str, str], dict[str, Any]])
                 pinned[key] = value
     buffer = io.StringIO()
     round_trip_yaml().dump(document, buffer)
-    with atomic_write(path) as handle:
+    with atomic_write(rewritten_in_place(path)) as handle:  # a linked spec: its file, the link kept
         handle.write(buffer.getvalue())

@@ -3,7 +3,7 @@ per-query scores beside each run file.
 
 Results folders travel, so the report reads them as it would a stranger's: :func:`check_results` is the
 one validator of the format. It refuses, naming the file, the JSON path and the fix, a file larger than
-:data:`MAX_JSON_BYTES`, invalid UTF-8 or JSON, NaN or infinite numbers, nesting deeper than Python
+its cap (``core.io.JSON_FILE_BYTES['results']``), invalid UTF-8 or JSON, NaN or infinite numbers, nesting deeper than Python
 parses, another layout, a value of the wrong type, a status, kind or tier this version does not write,
 a number outside its range (scores in [0, 1], counts and costs >= 0), a name that could not be a
 folder of the run, and more runs, metrics or points than a report draws (:data:`MAX_RUNS`,
@@ -13,13 +13,12 @@ the folder once links are followed.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import unsafe_character
+from vtrepro.core.io import JSON_FILE_BYTES, read_json_file, unsafe_character
 from vtrepro.core.schema import bounds_text, within
 from vtrepro.report.published import PUBLISHED_DIR
 
@@ -31,9 +30,6 @@ if TYPE_CHECKING:
 RESULTS_NAME = "results.json"
 PER_QUERY_NAME = "per_query.json"
 """Beside each run's ``run.trec`` (``<folder>/<condition>/<dataset>/``): metric -> query id -> score."""
-MAX_JSON_BYTES = 32 * 1024 * 1024
-"""The largest ``results.json`` or ``per_query.json`` the report reads (10 conditions on BEIR's 29 sets
-write about 1 MiB; the per-query scores of 10,000 queries about 2 MiB)."""
 MAX_NAME_CHARS = 200
 """The longest condition, dataset or metric name read (a name is a folder, a label and a legend entry)."""
 MAX_RUNS = 1000
@@ -93,8 +89,8 @@ _VALUES: dict[str, tuple[str, dict[str, Any]]] = {
     "error": ("null", {}),
 }
 """Every row kind regress writes, with the values it may hold."""
-_MAX_INT_DIGITS = 18
-"""The most digits of an integer read (a count; 10^18 is far beyond any corpus)."""
+MAX_INTEGER = 2**63 - 1
+"""The largest integer read (a count; far beyond any corpus): pandas holds every one in 64 bits."""
 _FIX = "give a results folder written by 'python -m vtrepro regress' (runs/<spec>/), or rerun that regression"
 
 
@@ -164,47 +160,9 @@ def load_results(folder: str | Path) -> Results:
 
 
 def read_json(path: Path, folder: Path) -> Any:
-    """One JSON file of a results folder: inside ``folder`` once links are followed, a regular file of at
-    most :data:`MAX_JSON_BYTES`, UTF-8, with finite numbers only."""
-    resolved = path.resolve()
-    if not resolved.is_relative_to(folder.resolve()):
-        raise VtreproError(f"{path}: leads to {resolved}, outside the results folder {folder}; the report reads "
-                           "only files inside the folders it is given: copy the file there")
-    if not path.is_file():
-        raise VtreproError(f"{path}: not a regular file; give a results folder written by 'python -m vtrepro regress'")
-    with open(path, "rb") as handle:
-        data = handle.read(MAX_JSON_BYTES + 1)
-    if len(data) > MAX_JSON_BYTES:
-        raise VtreproError(f"{path}: larger than {MAX_JSON_BYTES >> 20} MiB, the most the report reads; "
-                           f"{_FIX}")
-    try:
-        return json.loads(data.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_finite_float,
-                          parse_int=_bounded_int)
-    except UnicodeDecodeError as error:
-        raise VtreproError(f"{path}: not valid UTF-8 (byte {error.start}); {_FIX}") from None
-    except json.JSONDecodeError as error:
-        raise VtreproError(f"{path}:{error.lineno}: not valid JSON ({error.msg}, column {error.colno}); {_FIX}") from None
-    except ValueError as error:  # a non-finite number, or an integer of more digits than Python converts
-        raise VtreproError(f"{path}: {' '.join(str(error).split())[:200]}; {_FIX}") from None
-    except RecursionError:
-        raise VtreproError(f"{path}: nested too deeply to be a results file; {_FIX}") from None
-
-
-def _refuse_constant(name: str) -> float:
-    raise ValueError(f"holds {name}, which is not a number")
-
-
-def _bounded_int(text: str) -> int:
-    if len(text.lstrip("-")) > _MAX_INT_DIGITS:
-        raise ValueError(f"holds an integer of {len(text.lstrip('-'))} digits, too large for a count")
-    return int(text)
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not within(value):
-        raise ValueError(f"holds {text[:40]}, which is too large for a number")
-    return value
+    """One JSON file of a results folder, through the one bounded JSON reader: a regular file inside ``folder``
+    once links are followed, of at most the ``results`` cap, UTF-8, with finite numbers only."""
+    return read_json_file(path, _FIX, JSON_FILE_BYTES["results"], folder)
 
 
 class _Checker:
@@ -254,7 +212,7 @@ class _Checker:
         wanted = f"{'an integer' if integer else 'a number'}{' ' + bounds if bounds else ''}"
         if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
             raise self.fail(where, f"expected {wanted}, got {_shown(value)}")
-        if not within(value, minimum, maximum):
+        if not within(value, minimum, maximum) or (isinstance(value, int) and abs(value) > MAX_INTEGER):
             raise self.fail(where, f"{value} is out of range: expected {wanted}")
         return value
 

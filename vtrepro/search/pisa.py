@@ -31,8 +31,9 @@ import numpy as np
 
 from vtrepro.core.cli import DEFAULT_THREADS
 from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import check_folder_files
 from vtrepro.core.progress import Progress
-from vtrepro.index.pisa import META_NAME, pisa_bindings, pisa_context, pisa_term, read_pisa_meta
+from vtrepro.index.pisa import META_FIX, META_NAME, pisa_bindings, pisa_context, pisa_term, read_pisa_meta
 from vtrepro.search.runs import (
     Run,
     SearchOptions,
@@ -57,10 +58,13 @@ their threads, which then add into each other's scores (measured: 287 of 300 sci
 
 
 def _checked_pisa_index(index_dir: str | Path) -> dict:
+    """The index's metadata, once every file of the folder is a regular file inside it (PISA would block on a
+    FIFO or read a device without end)."""
     meta = read_pisa_meta(index_dir)
     if meta is None:
         raise VtreproError(f"{index_dir}: not a PISA index (no {META_NAME}); build it with 'python -m vtrepro index "
                            "--engine pisa --vectors FOLDER --output DIR'")
+    check_folder_files(Path(index_dir), META_FIX)
     return meta
 
 

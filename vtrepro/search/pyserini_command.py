@@ -54,6 +54,10 @@ def run_pyserini_module(module: str, arguments: list[str]) -> int:
             runpy.run_module(name, run_name="__main__", alter_sys=True)
     except SystemExit as done:
         return done.code if isinstance(done.code, int) else int(done.code is not None)
+    except Exception as error:  # Pyserini's own failure on what it was given (a topics file it cannot parse): not ours
+        what = " ".join(str(error).split())[:200]
+        raise VtreproError(f"{name} failed ({type(error).__name__}: {what}); check its arguments and the files they "
+                           f"name ('python -m vtrepro pyserini {module} --help')") from None
     finally:
         sys.argv = saved_argv
     return 0

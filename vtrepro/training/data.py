@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, Sequence
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import atomic_write, check_regular_file, read_json_file, read_jsonl
+from vtrepro.core.io import JSON_FILE_BYTES, atomic_write, check_regular_file, read_json_file, read_jsonl
 from vtrepro.core.pickled import read_plain_pickle
 from vtrepro.data.beir import load_dataset
 from vtrepro.data.texts import read_tsv_texts
@@ -47,8 +47,6 @@ logger = logging.getLogger(__name__)
 
 NEGATIVES_FORMAT = "vtrepro.bm25-negatives/1"
 MINING_CHUNK = 256
-MAX_PAIRS_ARRAY_BYTES = 2**30
-"""Largest pairs file written as one JSON array (read whole; JSON lines are read line by line instead)."""
 
 
 @dataclass(frozen=True)
@@ -399,7 +397,7 @@ def _read_pairs(source: PairsSource) -> tuple[list[str], list[str]]:
     with open(path, "rb") as handle:  # bytes: the sniff decodes nothing, each reader below checks UTF-8
         array = handle.read(4096).lstrip().startswith(b"[")
     if array:
-        document = read_json_file(path, fix, MAX_PAIRS_ARRAY_BYTES)
+        document = read_json_file(path, fix, JSON_FILE_BYTES["pairs"])  # read whole; JSON lines line by line
         if not isinstance(document, list):
             raise VtreproError(f"{path}: {fix}")
         records = list(enumerate(document, 1))

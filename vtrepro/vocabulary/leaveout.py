@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.model.loading import load_masked_lm
-from vtrepro.vocabulary.matching import ROLES, fast_backend, special_ids, special_roles
+from vtrepro.vocabulary.matching import ROLES, special_ids, special_roles, tokenizer_spec
 from vtrepro.vocabulary.tables import install_vocabulary, vocabulary_tables
 
 # torch, transformers and tokenizers are imported inside the functions, so importing this module stays fast
@@ -24,7 +24,7 @@ def _restricted_tokenizer(tokenizer: PreTrainedTokenizerBase, kept: list[str]) -
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
-    spec = json.loads(fast_backend(tokenizer).to_str())
+    spec = tokenizer_spec(tokenizer)
     vocab = {token: index for index, token in enumerate(kept)}
     spec["model"]["vocab"] = vocab
     for added in spec["added_tokens"]:

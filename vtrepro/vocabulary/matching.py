@@ -7,12 +7,12 @@ source rows: a special-token equivalent, one exact copy, a weighted merge of sev
 """
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
 from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import parse_json
 
 # tokenizers and transformers are only type hints here, so importing this module stays fast (see transfer.py).
 if TYPE_CHECKING:
@@ -129,9 +129,16 @@ def fast_backend(tokenizer: PreTrainedTokenizerBase) -> Tokenizer:
     return backend
 
 
+def tokenizer_spec(tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
+    """A fast tokenizer's ``tokenizer.json`` as the tokenizers library writes it, parsed by the one bounded reader."""
+    spec: dict[str, Any] = parse_json(fast_backend(tokenizer).to_str(), f"the tokenizer of {tokenizer.name_or_path}",
+                                      "give a model whose tokenizer.json the tokenizers library reads")
+    return spec
+
+
 def vocabulary_scheme(tokenizer: PreTrainedTokenizerBase) -> VocabularyScheme:
     """Detect WordPiece ``##``, byte-level BPE and SentencePiece ``▁`` vocabularies from tokenizer.json."""
-    spec = json.loads(fast_backend(tokenizer).to_str())
+    spec = tokenizer_spec(tokenizer)
     splitters = list(_components(spec.get("pre_tokenizer")))
     parts = [*splitters, *_components(spec.get("decoder"))]
     model = spec["model"]
