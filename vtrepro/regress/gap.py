@@ -27,7 +27,7 @@ from typing import Any
 from ruamel.yaml.comments import CommentedMap
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import atomic_write
+from vtrepro.core.io import atomic_write, rewritten_in_place
 from vtrepro.core.schema import Checker, Field, read_yaml, round_trip_yaml
 from vtrepro.data.beir import DATASET_NAME
 from vtrepro.report.results import STATUS_FAIL, STATUS_MEASURED, STATUS_OK, STATUS_UNPINNED, TIER_FIXED, ResultRow
@@ -155,5 +155,5 @@ def record_gap(path: Path, results: dict[str, dict]) -> None:
             pins[part][key] = values
     buffer = io.StringIO()
     round_trip_yaml().dump(document, buffer)
-    with atomic_write(path) as handle:
+    with atomic_write(rewritten_in_place(path)) as handle:  # a linked spec: its file, the link kept
         handle.write(buffer.getvalue())
