@@ -115,7 +115,7 @@ MAX_JSON_INT_DIGITS = 40
 """Most digits of a JSON integer: every count, id or impact fits in far fewer; 5,000 digits make Python refuse
 the conversion (a ValueError) and millions make it slow."""
 JsonKind = Literal["model", "manifest", "receipt", "scan", "index", "bundle", "prebuilt", "results", "stamp",
-                   "trainer_state", "pairs", "safetensors_header"]
+                   "trainer_state", "pairs", "safetensors_header", "gap"]
 """The kinds of JSON file vtrepro reads, each with its one size cap in :data:`JSON_FILE_BYTES`."""
 JSON_FILE_BYTES: dict[JsonKind, int] = {
     "model": 64 * 2**20,  # a model folder's configs, tokenizer (a large multilingual tokenizer.json is about 17 MB),
@@ -131,6 +131,7 @@ JSON_FILE_BYTES: dict[JsonKind, int] = {
     "trainer_state": 16 * 2**20,  # a checkpoint's trainer_state.json (scalars and parameter-group settings)
     "pairs": 2**30,  # a pairs file written as one JSON array (JSON lines are read line by line)
     "safetensors_header": 100_000_000,  # a safetensors file's JSON header
+    "gap": 16 * 2**20,  # a gap study's census, corpus, bm25 and integrity.json (8 tokenizers on 2 sets: 100 KiB)
 }
 """The one size cap of each kind of JSON file, checked with ``stat`` before the file is opened and again on
 the bytes read (:func:`read_json_file`)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import MAX_MODEL_JSON_BYTES, check_regular_file, read_json_file
+from vtrepro.core.io import JSON_FILE_BYTES, check_regular_file, read_json_file
 from vtrepro.gap.units import BYTE_LEVEL, END_OF_WORD, SENTENCEPIECE, WORDPIECE, Form, Scheme, read_form
 from vtrepro.model.loading import looks_like_path, model_name_problem, model_root, resolve_model
 
@@ -270,7 +270,7 @@ def read_tokenizer_json(path: Path, name: str, source: str, folder: Path | None 
     from tokenizers import Tokenizer
 
     fix = "give a complete tokenizer.json (save it again with the tokenizers library)"
-    document = read_json_file(path, fix, MAX_MODEL_JSON_BYTES, folder)
+    document = read_json_file(path, fix, JSON_FILE_BYTES["model"], folder)
     model = document.get("model") if isinstance(document, dict) else None
     if not isinstance(model, dict) or not isinstance(model.get("vocab"), (dict, list)):
         raise VtreproError(f"{path}: no model vocabulary in it; {fix}")

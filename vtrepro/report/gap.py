@@ -17,10 +17,10 @@ The files it reads, any of them (each optional; a folder holding none gives no s
 
 A results folder may come from a stranger, so these are read as the rest of it is: through
 :func:`vtrepro.core.io.read_json_file` (inside the results folder once links are followed, a regular file of at
-most :data:`MAX_GAP_JSON_BYTES`, UTF-8, finite numbers, bounded nesting), every value used checked for its type
-and range, every list bounded (:data:`MAX_ROWS`, :data:`MAX_LIST`); a fault is one line naming the file and the
-JSON path. Keys it does not use are ignored. The section holds text cells only: the renderer
-(:mod:`vtrepro.report.render`) escapes them for each format, and the figures draw no more than
+most the ``gap`` cap of :data:`vtrepro.core.io.JSON_FILE_BYTES`, UTF-8, finite numbers, bounded nesting), every
+value used checked for its type and range, every list bounded (:data:`MAX_ROWS`, :data:`MAX_LIST`); a fault is one
+line naming the file and the JSON path. Keys it does not use are ignored. The section holds text cells only: the
+renderer (:mod:`vtrepro.report.render`) escapes them for each format, and the figures draw no more than
 :data:`vtrepro.report.plots.MAX_BAR_GROUPS` groups.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import read_json_file
+from vtrepro.core.io import JSON_FILE_BYTES, read_json_file
 from vtrepro.report.tables import SIGNIFICANCE_LEVEL
 
 if TYPE_CHECKING:
@@ -44,8 +44,6 @@ GAP_FIGURES = ("forms", "variants", "matches", "bm25")
 """The section's figures, in order: ``figures/gap-<name>.png`` and ``.svg`` (``gap-<k>-<name>`` for the k-th section
 of a report over several results folders)."""
 FIGURE_FORMATS = ("png", "svg")
-MAX_GAP_JSON_BYTES = 16 * 2**20
-"""The largest gap file read (the census of four tokenizers is 12 KB)."""
 MAX_ROWS = 1000
 """The most tokenizers, corpus figures, BM25 runs or integrity entries a file may hold."""
 MAX_LIST = 1000
@@ -123,7 +121,7 @@ def gap_section(results_folder: Path, position: int = 0) -> GapSection | None:
 def _read(path: Path, results_folder: Path) -> Any:
     if not (path.exists() or path.is_symlink()):
         return None
-    return read_json_file(path, FIX, MAX_GAP_JSON_BYTES, folder=results_folder)
+    return read_json_file(path, FIX, JSON_FILE_BYTES["gap"], folder=results_folder)
 
 
 # -- Reading ---------------------------------------------------------------------------------------------
