@@ -9,11 +9,15 @@
 - ``bm25 --dataset D``: BM25 through Lucene over the tokens, raw and with markers, case or both merged, each
   against raw with paired tests;
 - ``integrity --dataset D``: how far each merged group's forms diverge in context, against random pairs;
-- ``all --dataset D``: the four.
+- ``all --dataset D``: the four;
+- ``model --vectors RUN [--vectors RUN2 ...]`` (or ``--model M --dataset D``, encoded first by ``vtrepro encode``):
+  duplicate activation, dead terms and density of a model's vectors, the runs side by side;
+- ``training --log train_log.jsonl [--log ...]``: active terms, dead terms and loss against step, from training logs.
 
 ``--tokenizer`` takes a built-in offline vocabulary (gpt2-bpe, olmo-bpe, olmo-dolma2, bert-cased, mbert-cased,
 xlm-r, clip-bpe) or what ``--model`` takes: a folder, a name under ``--model-dir``, a Hub id. Each part writes
-``<part>.json`` and ``<part>.md`` into ``--output``.
+``<part>.json`` and ``<part>.md`` into ``--output``. ``model`` reads each run with ``--tokenizer`` (one per run, or one
+for all), else with the model its manifest names.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from vtrepro.core.cli import (
     add_data_dir,
     add_model_dir,
     add_output_folder,
+    add_path,
     add_split,
     add_threads,
     cli_entry,
@@ -44,6 +49,7 @@ _HELP = {
     "integrity": "context divergence of each merged group against random pairs",
     "all": "census, corpus, bm25 and integrity",
 }
+_MODEL_HELP = "duplicate activation, dead terms and density of a model's encoded vectors"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,12 +68,36 @@ def build_parser() -> argparse.ArgumentParser:
         if part in ("bm25", "all"):
             add_threads(sub, "indexing and search threads")
         add_output_folder(sub, "folder for <part>.json and <part>.md")
+    add_model_parser(parts)
     return parser
+
+
+def add_model_parser(parts: argparse._SubParsersAction) -> None:
+    sub = parts.add_parser("model", help=_MODEL_HELP, description=_MODEL_HELP)
+    add_path(sub, "--vectors", "input path", action="append", metavar="RUN",
+             help="an encoded run (the folder `vtrepro encode` wrote, or its vectors/); repeat it to set runs side "
+                  "by side")
+    sub.add_argument("--model", action="append", metavar="MODEL",
+                     help="a model to encode on --dataset first (with `vtrepro encode`), in place of --vectors; "
+                          "repeatable")
+    sub.add_argument("--tokenizer", action="append", metavar="TOKENIZER",
+                     help="the vocabulary the run was encoded with (a built-in name, a tokenizer or model folder, a "
+                          "name under --model-dir): one per run, or one for all (default: the model the run's "
+                          "manifest names)")
+    add_model_dir(sub)
+    sub.add_argument("--dataset", help="BEIR dataset the --model runs are encoded on")
+    add_data_dir(sub)
+    add_split(sub, "queries encoded with --model")
+    add_output_folder(sub, "folder for model.json and model.md (and the encoded runs of --model)")
 
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.part == "model":
+        from vtrepro.gap.model_command import run_model_part
+
+        return run_model_part(args)
     from vtrepro.core.checkpoints import staged_folder
     from vtrepro.data.beir import load_dataset
     from vtrepro.gap.study import PARTS, Study, run_study
