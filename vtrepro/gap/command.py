@@ -50,11 +50,13 @@ _HELP = {
     "all": "census, corpus, bm25 and integrity",
 }
 _MODEL_HELP = "duplicate activation, dead terms and density of a model's encoded vectors"
+_TRAINING_HELP = "active terms, inactive terms and loss against step, from training logs of one recipe"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("gap", __doc__)
-    parts = parser.add_subparsers(dest="part", required=True, metavar="{census,corpus,bm25,integrity,all}")
+    parts = parser.add_subparsers(dest="part", required=True,
+                                  metavar="{census,corpus,bm25,integrity,all,model,training}")
     for part, summary in _HELP.items():
         sub = parts.add_parser(part, help=summary, description=summary)
         sub.add_argument("--tokenizer", action="append", required=True, metavar="TOKENIZER",
@@ -69,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
             add_threads(sub, "indexing and search threads")
         add_output_folder(sub, "folder for <part>.json and <part>.md")
     add_model_parser(parts)
+    sub = parts.add_parser("training", help=_TRAINING_HELP, description=_TRAINING_HELP)
+    add_path(sub, "--log", "input path", action="append", required=True,
+             help="a train_log.jsonl `vtrepro train` wrote, or its run folder; repeat it to draw runs of one recipe "
+                  "together")
+    add_output_folder(sub, "folder for training.json, training.md, training.png and training.svg")
     return parser
 
 
@@ -98,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         from vtrepro.gap.model_command import run_model_part
 
         return run_model_part(args)
+    if args.part == "training":
+        from vtrepro.gap.model_command import run_training_part
+
+        return run_training_part(args)
     from vtrepro.core.checkpoints import staged_folder
     from vtrepro.data.beir import load_dataset
     from vtrepro.gap.study import PARTS, Study, run_study

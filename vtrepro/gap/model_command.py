@@ -1,4 +1,5 @@
-"""``vtrepro gap model``: the vocabulary gap in encoded runs, side by side (docs/vocabulary-gap.md, "In the model").
+"""``vtrepro gap model`` and ``gap training``: the vocabulary gap in encoded runs, side by side, and over training
+(docs/vocabulary-gap.md, "In the model" and "Over training").
 
 Each run is a folder ``vtrepro encode`` wrote, given by ``--vectors``; ``--model M --dataset D`` encodes it first
 into ``<output>/runs/<model>-<dataset>/`` with ``vtrepro encode`` itself (the one encoder). A run is read with its
@@ -15,7 +16,7 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, check_output, write_json
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.gap.model import FIX_RUN, model_figures, read_run_manifest
-from vtrepro.gap.study import model_markdown
+from vtrepro.gap.study import model_markdown, training_markdown
 from vtrepro.gap.vocabularies import Vocabulary, load_vocabulary
 
 logger = logging.getLogger(__name__)
@@ -91,4 +92,26 @@ def run_model_part(args: argparse.Namespace) -> int:
                     f"forms of one unit, {docs['redundant_mass']:.1%} of impact mass redundant, {run['dead']['dead']:,} "
                     f"dead terms, {run['density_documents']['mean']:.1f} terms per document")
     print(f"model: {output / 'model.json'} and model.md")
+    return 0
+
+
+def run_training_part(args: argparse.Namespace) -> int:
+    """The ``training`` part: every log's curves into ``training.json``, ``training.md``, ``.png`` and ``.svg``."""
+    from vtrepro.core.machine import cpu_model
+    from vtrepro.gap.training import check_one_recipe, draw_curves, read_training_log, summary
+
+    output = check_output(args.output, args.log, kind="folder")
+    runs = [read_training_log(path) for path in args.log]
+    names = [run["run"] for run in runs]
+    if len(set(names)) != len(names):
+        for number, run in enumerate(runs):
+            run["run"] = f"{number + 1}:{run['run']}"
+    check_one_recipe(runs)
+    output.mkdir(parents=True, exist_ok=True)
+    figures = {"machine": cpu_model(), "runs": [{**run, "summary": summary(run)} for run in runs]}
+    write_json(output / "training.json", figures)
+    with atomic_write(output / "training.md") as handle:
+        handle.write(training_markdown(figures))
+    draw_curves(runs, output)
+    print(f"training: {output / 'training.json'}, training.md, training.png and training.svg")
     return 0

@@ -184,5 +184,22 @@ def model_markdown(figures: dict) -> str:
             + _table(["run", "unit", "forms in the vocabulary", "documents"], examples))
 
 
+def training_markdown(figures: dict) -> str:
+    """``training.md``: each run's recipe and machine, and its curves' first and last tenth."""
+    rows = []
+    for run in figures["runs"]:
+        summary = run["summary"]
+        rows.append([run["run"], len(run["curves"]["step"]), *[summary.get(f"{key}_{end}") for key in
+                     ("active_d", "active_q", "inactive_d", "loss") for end in ("first", "last")]])
+    recipes = [[run["run"], run.get("recipe"), (run.get("fingerprint") or "")[:12], run.get("device"),
+                run.get("cpu_threads"), run.get("train_seconds")] for run in figures["runs"]]
+    return ("# The vocabulary gap over training\n\nEach figure is the mean over the first and the last tenth of the "
+            "steps; inactive: vocabulary entries no document of the step's batch activates.\n\n"
+            + _table(["run", "steps", "active/doc first", "last", "active/query first", "last", "inactive first",
+                      "last", "loss first", "last"], rows)
+            + f"\n## Recipes and machine\n\nMachine: {md(figures.get('machine') or '-')}.\n\n"
+            + _table(["run", "recipe", "fingerprint", "device", "CPU threads", "train seconds"], recipes))
+
+
 MARKDOWN = {"census": census_markdown, "corpus": corpus_markdown, "bm25": bm25_markdown,
             "integrity": integrity_markdown, "model": model_markdown}
