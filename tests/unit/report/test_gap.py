@@ -93,6 +93,10 @@ def write_results(folder: Path) -> Path:
     return folder
 
 
+MODEL_TITLE = "Duplicate activation, dead terms and density in the model's vectors"
+TRAINING_TITLE = "Training runs drawn in the training curves"
+
+
 def _stub(groups: list[str], *_, **__) -> tuple[bytes, bytes] | None:
     return (b"\x89PNG stub", b"<svg stub/>") if groups else None
 
@@ -113,7 +117,8 @@ def test_a_section_has_every_table_and_a_figure_of_each_kind(tmp_path, no_drawin
     assert section is not None
     titles = [table.title for table in section.tables]
     assert [title.split(":")[0] for title in titles] == ["Census"] * 3 + ["Corpus"] * 2 + ["BM25 on normalized vocabularies",
-                                                                                           "Integrity", "Duplicate activation, dead terms and density in the model's vectors", "Training runs drawn in the training curves"]
+                                                                                           "Integrity", MODEL_TITLE,
+                                                                                           TRAINING_TITLE]
     census, variants, groups, matches, examples, bm25, integrity, model, trained = (table.frame for table in section.tables)
     assert model.loc[0, "docs with duplicates"] == "0.8700" and model.loc[0, "dead terms"] == "19,232"
     assert trained.loc[0, "machine"] == "AMD EPYC" and trained.loc[0, "steps"] == "2"
