@@ -46,5 +46,4 @@ YAML
 done
 python -m vtrepro gap training --log "$OUT/train/round_trip_raw" --log "$OUT/train/round_trip_apc" \
     --log "$OUT/train/bert_uncased" --output "$OUT/gap-training"
-cp "$OUT/gap-training/training.json" "$OUT/gap/"
-echo "report: python -m vtrepro report --results $OUT --output $OUT/report"
+cp "$OUT/gap-training/training.json" "$OUT/gap/"  # gap/ now holds model.json and training.json: the report's section
