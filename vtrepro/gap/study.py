@@ -22,6 +22,7 @@ from vtrepro.gap.bm25 import METRICS, bm25_figures
 from vtrepro.gap.census import census
 from vtrepro.gap.corpus import TokenizedDataset, corpus_figures, tokenize_dataset
 from vtrepro.gap.integrity import input_embeddings, integrity
+from vtrepro.gap.model import flat_figures
 from vtrepro.gap.units import NORMALIZATIONS
 from vtrepro.gap.vocabularies import Vocabulary
 
@@ -161,5 +162,49 @@ def integrity_markdown(figures: dict) -> str:
             + "\n## Merges most at risk\n\n" + _table(["tokenizer", "dataset", "forms", "JS (bits)"], risky))
 
 
+MODEL_COLUMNS = (("duplicate_share_documents", "docs with duplicates"), ("duplicate_share_queries",
+                                                                        "queries with duplicates"),
+                 ("redundant_mass_documents", "redundant mass (docs)"), ("redundant_mass_queries",
+                                                                          "redundant mass (queries)"),
+                 ("dead", "dead terms"), ("dead_multi_form", "dead, unit has other forms"),
+                 ("dead_single_form", "dead, unit has one form"), ("dead_shadowed", "dead, unit alive elsewhere"),
+                 ("terms_per_document_mean", "terms/doc mean"), ("terms_per_document_p50", "p50"),
+                 ("terms_per_document_p99", "p99"), ("terms_per_query_mean", "terms/query mean"),
+                 ("terms_per_query_p50", "p50"), ("terms_per_query_p99", "p99"), ("flops", "FLOPS"))
+"""The figures of ``model.md``'s side-by-side table, in order, with their column names."""
+
+
+def model_markdown(figures: dict) -> str:
+    """``model.md``: the runs side by side (one column each), then each run's commonest duplicated units."""
+    runs = figures["runs"]
+    flat = [flat_figures(run) for run in runs]
+    rows = [["tokenizer", *[run["tokenizer"] for run in runs]], ["vocabulary", *[run["vocabulary"] for run in runs]],
+            ["documents", *[run["documents"] for run in flat]], ["queries", *[run["queries"] for run in flat]]]
+    rows += [[label, *[run[name] for run in flat]] for name, label in MODEL_COLUMNS]
+    examples = [[run["run"], group["unit"], " ".join(group["forms"][:6]), group["documents"]]
+                for run in runs for group in run["top_duplicates"][:8]]
+    return ("# The vocabulary gap in the model's vectors\n\n"
+            + _table(["figure", *[run["run"] for run in runs]], rows)
+            + "\n## Units whose forms a document activates together, commonest first\n\n"
+            + _table(["run", "unit", "forms in the vocabulary", "documents"], examples))
+
+
+def training_markdown(figures: dict) -> str:
+    """``training.md``: each run's recipe and machine, and its curves' first and last tenth."""
+    rows = []
+    for run in figures["runs"]:
+        summary = run["summary"]
+        rows.append([run["run"], len(run["curves"]["step"]), *[summary.get(f"{key}_{end}") for key in
+                     ("active_d", "active_q", "inactive_d", "loss") for end in ("first", "last")]])
+    recipes = [[run["run"], run.get("recipe"), (run.get("fingerprint") or "")[:12], run.get("device"),
+                run.get("cpu_threads"), run.get("train_seconds")] for run in figures["runs"]]
+    return ("# The vocabulary gap over training\n\nEach figure is the mean over the first and the last tenth of the "
+            "steps; inactive: vocabulary entries no document of the step's batch activates.\n\n"
+            + _table(["run", "steps", "active/doc first", "last", "active/query first", "last", "inactive first",
+                      "last", "loss first", "last"], rows)
+            + f"\n## Recipes and machine\n\nMachine: {md(figures.get('machine') or '-')}.\n\n"
+            + _table(["run", "recipe", "fingerprint", "device", "CPU threads", "train seconds"], recipes))
+
+
 MARKDOWN = {"census": census_markdown, "corpus": corpus_markdown, "bm25": bm25_markdown,
-            "integrity": integrity_markdown}
+            "integrity": integrity_markdown, "model": model_markdown}

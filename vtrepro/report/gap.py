@@ -13,7 +13,8 @@ The files it reads, any of them (each optional; a folder holding none gives no s
 - ``bm25.json``: ``{"runs": [{tokenizer, dataset, normalization, index: {documents, total_terms}, scores: {metric:
   score}, against_raw: {metric: {difference, p_t_test, p_randomization, ...}}}]}``;
 - ``integrity.json``: ``{"tokenizers": [{tokenizer, dataset, groups_measured, mean_divergence,
-  random_pair_divergence, at_risk: [{unit, forms, divergence}], preserved: [...]}]}``.
+  random_pair_divergence, at_risk: [{unit, forms, divergence}], preserved: [...]}]}``;
+- ``model.json`` and ``training.json`` (``vtrepro gap model`` and ``gap training``): :mod:`vtrepro.report.gap_model`.
 
 A results folder may come from a stranger, so these are read as the rest of it is: through
 :func:`vtrepro.core.io.read_json_file` (inside the results folder once links are followed, a regular file of at
@@ -31,6 +32,15 @@ from typing import TYPE_CHECKING, Any
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import JSON_FILE_BYTES, read_json_file
+from vtrepro.report.gap_model import (
+    MODEL_NAME,
+    TRAINING_NAME,
+    model_rows,
+    read_model,
+    read_training,
+    training_chart,
+    training_rows,
+)
 from vtrepro.report.tables import SIGNIFICANCE_LEVEL
 
 if TYPE_CHECKING:
@@ -39,8 +49,8 @@ if TYPE_CHECKING:
 GAP_DIRNAME = "gap"
 """The folder of a results folder that holds the vocabulary gap's files."""
 CENSUS_NAME, CORPUS_NAME, BM25_NAME, INTEGRITY_NAME = "census.json", "corpus.json", "bm25.json", "integrity.json"
-GAP_FILES = (CENSUS_NAME, CORPUS_NAME, BM25_NAME, INTEGRITY_NAME)
-GAP_FIGURES = ("forms", "variants", "matches", "bm25")
+GAP_FILES = (CENSUS_NAME, CORPUS_NAME, BM25_NAME, INTEGRITY_NAME, MODEL_NAME, TRAINING_NAME)
+GAP_FIGURES = ("forms", "variants", "matches", "bm25", "training")
 """The section's figures, in order: ``figures/gap-<name>.png`` and ``.svg`` (``gap-<k>-<name>`` for the k-th section
 of a report over several results folders)."""
 FIGURE_FORMATS = ("png", "svg")
@@ -104,16 +114,29 @@ def gap_section(results_folder: Path, position: int = 0) -> GapSection | None:
     folder = gap_folder(results_folder)
     if folder is None:
         return None
-    census, corpus, bm25, integrity = (_read(folder / name, Path(results_folder)) for name in GAP_FILES)
+    census, corpus, bm25, integrity, model, training = (_read(folder / name, Path(results_folder))
+                                                         for name in GAP_FILES)
     tokenizers = _census(_Checker(folder / CENSUS_NAME), census) if census is not None else []
     figures = _corpus(_Checker(folder / CORPUS_NAME), corpus) if corpus is not None else []
     runs = _bm25(_Checker(folder / BM25_NAME), bm25) if bm25 is not None else []
     entries = _integrity(_Checker(folder / INTEGRITY_NAME), integrity) if integrity is not None else []
+    model_runs = read_model(_Checker(folder / MODEL_NAME), model) if model is not None else []
+    machine, trained = (read_training(_Checker(folder / TRAINING_NAME), training) if training is not None
+                        else ("", []))
     tables = [*_census_tables(tokenizers), *_corpus_tables(figures), *_bm25_tables(runs), *_integrity_tables(entries)]
+    if model_runs:
+        tables.append(GapTable("Duplicate activation, dead terms and density in the model's vectors",
+                               _frame(model_rows(model_runs)),
+                               ["duplicates: vectors activating two or more forms of one unit; redundant mass: the "
+                                "impact on the forms beyond the strongest of their unit; dead: entries no document "
+                                "activates (docs/vocabulary-gap.md)."]))
+    if trained:
+        tables.append(GapTable("Training runs drawn in the training curves", _frame(training_rows(machine, trained))))
     stems = dict(zip(GAP_FIGURES, figure_stems(position)))
     with plots.drawing():
         drawn = {stems["forms"]: _forms_chart(tokenizers), stems["variants"]: _variants_chart(tokenizers),
-                 stems["matches"]: _matches_chart(figures), stems["bm25"]: _bm25_chart(runs)}
+                 stems["matches"]: _matches_chart(figures), stems["bm25"]: _bm25_chart(runs),
+                 stems["training"]: training_chart(trained)}
     return GapSection(folder, tables, {stem: (caption, *images) for stem, (caption, images) in drawn.items()
                                        if images is not None})
 

@@ -227,6 +227,30 @@ def _png_and_svg(figure: Figure) -> tuple[bytes, bytes]:
     return raster.getvalue(), vector.getvalue()
 
 
+def panels_chart(panels: list[tuple[str, dict[str, tuple[list[float], list[float]]], bool]], xlabel: str,
+                 title: str) -> tuple[bytes, bytes] | None:
+    """Line panels side by side, PNG and SVG: each ``(title, {label: (x, y)}, log y)``, one line per label (the
+    same label the same colour in every panel). None when no panel has a line."""
+    if not any(lines for _, lines, _ in panels):
+        return None
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    colours: dict[str, str] = {}
+    for axis, (name, lines, log) in zip(axes[0], panels):
+        for label, (xs, ys) in list(lines.items())[:MAX_BAR_SERIES]:
+            colour = colours.setdefault(label, f"C{len(colours) % 10}")
+            axis.plot(xs, ys, label=label, color=colour)
+        if log:
+            _log_scale(axis, "y")
+        axis.set_xlabel(xlabel)
+        axis.set_title(name, fontsize=9)
+        if axis.lines:
+            _legend(axis, fontsize=7)
+    figure.suptitle(title)
+    return _png_and_svg(figure)
+
+
 def bars_chart(groups: list[str], series: dict[str, list[float | None]], ylabel: str, title: str, *,
                log: bool = False, marks: dict[str, list[bool]] | None = None) -> tuple[bytes, bytes] | None:
     """Grouped bars, PNG and SVG: one group per entry of ``groups`` (at most :data:`MAX_BAR_GROUPS`, the first),

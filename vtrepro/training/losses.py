@@ -89,6 +89,11 @@ def active_terms(representations: Tensor) -> Tensor:
     return (representations > 0).sum(dim=1)
 
 
+def used_terms(representations: Tensor) -> Tensor:
+    """Vocabulary entries active in at least one of the texts (the rest are inactive on this batch)."""
+    return (representations > 0).any(dim=0).sum()
+
+
 def warmup_weight(weight: float, step: int, warmup_steps: int) -> float:
     """Quadratic warm-up: weight * min(1, (step / warmup_steps)^2); the full weight without warm-up."""
     if warmup_steps <= 0:

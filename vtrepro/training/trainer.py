@@ -214,6 +214,8 @@ class Trainer:
                        "flops_q": losses.flops(query_reps).item(), "flops_d": losses.flops(doc_reps).item(),
                        "active_q": losses.active_terms(query_reps).float().mean().item(),
                        "active_d": losses.active_terms(doc_reps).float().mean().item(),
+                       "used_q": int(losses.used_terms(query_reps).item()),
+                       "used_d": int(losses.used_terms(doc_reps).item()), "vocabulary": int(doc_reps.shape[1]),
                        "lambda_q": lambda_q, "lambda_d": lambda_d}
         return loss, metrics
 

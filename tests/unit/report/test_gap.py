@@ -61,7 +61,20 @@ INTEGRITY = {"tokenizers": [{"tokenizer": "gpt2-bpe", "dataset": "nfcorpus", "gr
                              "mean_divergence": 0.21, "random_pair_divergence": 0.63,
                              "at_risk": [{"unit": "us", "forms": ["us", "US"], "divergence": 0.71}],
                              "preserved": [{"unit": "db", "forms": ["db", "DB"], "divergence": 0.1}]}]}
-FILES = {"census.json": CENSUS, "corpus.json": CORPUS, "bm25.json": BM25, "integrity.json": INTEGRITY}
+_DUPLICATES = {"vectors": 1000, "with_duplicates": 870, "duplicate_share": 0.87, "duplicate_units_per_vector": 2.1,
+               "redundant_mass": 0.0094, "duplicate_group_mass": 0.02}
+MODEL = {"runs": [{"run": "splade-tiny-scifact", "tokenizer": "splade-tiny", "vocabulary": 30522,
+                   "duplicates_documents": _DUPLICATES, "duplicates_queries": {**_DUPLICATES, "vectors": 300},
+                   "dead": {"entries": 30517, "dead": 19232, "dead_multi_form": 2976, "dead_single_form": 16256,
+                            "dead_shadowed": 658},
+                   "density_documents": {"mean": 283.4, "p50": 281.0, "p99": 432.0},
+                   "density_queries": {"mean": 52.3, "p50": 47.5, "p99": 112.1}, "flops": 10.417}]}
+TRAINING = {"machine": "AMD EPYC", "runs": [
+    {"run": "bert_uncased", "recipe": "r.yaml", "fingerprint": "f" * 64, "device": "cpu", "cpu_threads": 2,
+     "train_seconds": 60.0, "curves": {"step": [1, 2], "active_d": [300.0, 280.0], "active_q": [50.0, 45.0],
+                                       "inactive_d": [25000, 25100], "loss": [2.0, 1.9]}}]}
+FILES = {"census.json": CENSUS, "corpus.json": CORPUS, "bm25.json": BM25, "integrity.json": INTEGRITY,
+         "model.json": MODEL, "training.json": TRAINING}
 RESULTS = {"spec": "/specs/diagnosis_vocabulary_gap.yaml", "rows": [
     ResultRow("bm25", "scifact", "ndcg@10", "score", None, 0.6789, "UNPINNED", "encoded").__dict__]}
 
@@ -80,14 +93,23 @@ def write_results(folder: Path) -> Path:
     return folder
 
 
+MODEL_TITLE = "Duplicate activation, dead terms and density in the model's vectors"
+TRAINING_TITLE = "Training runs drawn in the training curves"
+
+
 def _stub(groups: list[str], *_, **__) -> tuple[bytes, bytes] | None:
     return (b"\x89PNG stub", b"<svg stub/>") if groups else None
+
+
+def _stub_panels(panels: list, *_, **__) -> tuple[bytes, bytes] | None:
+    return (b"\x89PNG stub", b"<svg stub/>") if any(lines for _, lines, _ in panels) else None
 
 
 @pytest.fixture
 def no_drawing(monkeypatch):
     """The gap figures stubbed (each drawn for real takes about 0.4 s here): for tests about tables and hooks."""
     monkeypatch.setattr(plots, "bars_chart", _stub)
+    monkeypatch.setattr(plots, "panels_chart", _stub_panels)
 
 
 def test_a_section_has_every_table_and_a_figure_of_each_kind(tmp_path, no_drawing):
@@ -95,8 +117,11 @@ def test_a_section_has_every_table_and_a_figure_of_each_kind(tmp_path, no_drawin
     assert section is not None
     titles = [table.title for table in section.tables]
     assert [title.split(":")[0] for title in titles] == ["Census"] * 3 + ["Corpus"] * 2 + ["BM25 on normalized vocabularies",
-                                                                                           "Integrity"]
-    census, variants, groups, matches, examples, bm25, integrity = (table.frame for table in section.tables)
+                                                                                           "Integrity", MODEL_TITLE,
+                                                                                           TRAINING_TITLE]
+    census, variants, groups, matches, examples, bm25, integrity, model, trained = (table.frame for table in section.tables)
+    assert model.loc[0, "docs with duplicates"] == "0.8700" and model.loc[0, "dead terms"] == "19,232"
+    assert trained.loc[0, "machine"] == "AMD EPYC" and trained.loc[0, "steps"] == "2"
     assert census.loc[0, "entries"] == "50,257" and census.loc[1, "coarse-graining"] == "1.2758"
     assert census.loc[0, "5+ forms"] == "834" and census.loc[0, "multi-form share"] == "0.5306"
     assert list(variants.loc[1]) == ["bert-cased", "n/a", "n/a", "3,869", "3,868", "1,970"]
