@@ -27,7 +27,7 @@ REHEARSAL_ENCODER = {"max_length_doc": 32, "max_length_query": 16, "batch_size":
 """A rehearsal's encoder lengths and batch size (the scaled recipes' training lengths), and the dense vocabulary
 projection a GPU run takes (``auto`` picks it on a GPU; on a CPU with int8 instructions it screens, whose set-up
 costs more than a 32-document stand-in corpus)."""
-PINS = ("scores", "reference", "index", "vectors")
+PINS = ("scores", "reference", "index", "vectors", "gap")
 """Dataset keys a rehearsal drops: nothing it computes is compared with a recorded or published figure."""
 CONDITION_REFERENCES = ("published", "reference_source", "reference_tolerance", "reference_average")
 """Condition keys a rehearsal drops, for the same reason."""

@@ -47,6 +47,7 @@ from vtrepro.core.java import start_jvm
 from vtrepro.data.availability import check_dataset_split
 from vtrepro.data.beir import load_dataset
 from vtrepro.encode.reader import full_reads, reset_full_reads, vector_files
+from vtrepro.gap.model import flat_figures
 from vtrepro.model.loading import model_availability, resolve_model
 from vtrepro.regress.agreement import vector_agreement
 from vtrepro.regress.compare import (
@@ -56,11 +57,12 @@ from vtrepro.regress.compare import (
     agreement_rows,
     compare,
     compare_averages,
+    tier_of,
 )
 from vtrepro.regress.conditions import ConditionRunner, describe_source
 from vtrepro.regress.context import RunContext
 from vtrepro.regress.cost import encoding_cost, recipe_of_trained_folder
-from vtrepro.regress.gap import GapBlock, gap_rows, record_gap
+from vtrepro.regress.gap import MODEL_PINNED, GapBlock, gap_rows, model_rows, record_gap
 from vtrepro.regress.rehearsal import rehearsal_spec
 from vtrepro.regress.report import format_table, judged, tally, write_report
 from vtrepro.regress.sources import check_encoded, vector_sources
@@ -271,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     outcome = run_all(spec, selected, out_dir, context, sources, references, datasets)
     if spec.gap is not None:
         run_gap(spec, out_dir, context, outcome)
+    if outcome.model_gap:
+        write_model_gap(out_dir, outcome.model_gap)
     rows, record_failure = outcome.rows, None
     if context.record and not outcome.errors:
         record_failure = _record(spec, outcome)
@@ -350,6 +354,27 @@ class Outcome:
     errors: list[str] = field(default_factory=list)
     distributions: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # "condition/dataset" -> ...
     gap: dict[str, dict] | None = None  # the figures of the spec's vocabulary-gap study, by part
+    model_gap: list[dict] = field(default_factory=list)  # the vocabulary gap in the vectors of gap: true conditions
+
+
+def _model_gap(model: str, encoded: EncodedVectors, context: RunContext, name: str) -> dict:
+    """The vocabulary gap in a condition's vectors (:func:`vtrepro.gap.model.model_figures`), read with its model's
+    tokenizer."""
+    from vtrepro.gap.model import model_figures
+    from vtrepro.gap.vocabularies import load_vocabulary
+
+    return model_figures(encoded.corpus, load_vocabulary(model, context.model_dir), name)
+
+
+def write_model_gap(out_dir: Path, figures: list[dict]) -> None:
+    """``<out_dir>/gap/model.json`` and ``model.md``: what the report's vocabulary-gap section shows of the models."""
+    from vtrepro.core.io import atomic_write, write_json
+    from vtrepro.gap.study import model_markdown
+
+    (out_dir / "gap").mkdir(parents=True, exist_ok=True)
+    write_json(out_dir / "gap" / "model.json", {"runs": figures})
+    with atomic_write(out_dir / "gap" / "model.md") as handle:
+        handle.write(model_markdown({"runs": figures}))
 
 
 def gap_datasets(spec: Spec, wanted: str | None) -> list[str]:
@@ -448,11 +473,21 @@ def run_all(spec: Spec, selected: list[tuple[Condition, DatasetRun]], out_dir: P
                 if observation.efficiency.distributions:
                     outcome.distributions[f"{condition.name}/{dataset_run.name}"] = observation.efficiency.distributions
                 rows = compare(condition, dataset_run, observation) + agreement
+                if condition.gap and observation.encoded is not None:
+                    figures = _model_gap(runner.model, observation.encoded, context, f"{condition.name}/{dataset_run.name}")
+                    outcome.model_gap.append(figures)
+                    flat = flat_figures(figures)
+                    rows += model_rows(condition.name, dataset_run.name, dataset_run.gap, flat,
+                                       tier_of(dataset_run, observation))
+                    gap_pins = {name: flat[name] for name in MODEL_PINNED if flat.get(name) is not None}
+                else:
+                    gap_pins = {}
                 outcome.rows += rows
                 logger.info(f"[{condition.name} / {dataset_run.name}] done in {observation.seconds} s: {tally(rows)}")
                 outcome.recorded[key] = {
                     "scores": observation.scores, "index": observation.index,
                     "vectors": {name: summary.sha256 for name, summary in observation.vectors.items()},
+                    "gap": gap_pins,
                 }
             outcome.rows += compare_averages(condition, observations)
     except BaseException:  # an interrupt or an internal error: keep what finished, then report the failure

@@ -27,7 +27,7 @@ from vtrepro.encode.vectors import Quantization
 from vtrepro.evaluate.trec import DEFAULT_METRICS, parse_metric
 from vtrepro.model.loading import model_name_problem
 from vtrepro.model.options import EncoderOptions
-from vtrepro.regress.gap import GapBlock, load_gap_block
+from vtrepro.regress.gap import MODEL_PINNED, GapBlock, load_gap_block
 from vtrepro.report.published import PublishedSystem, load_system
 from vtrepro.search.runs import Bm25Options, SearchOptions
 from vtrepro.training.stages import Stage, read_stage
@@ -88,6 +88,7 @@ class ConditionOptions(Options):
     reference_tolerance: float = option(Field(float, 0.0, minimum=0))
     published: str | None = option(Field(str, None, what="<table>/<system> of a table in regressions/published/"))
     agrees_with: str | None = option(Field(str, None, what="the name of an impact condition earlier in this spec"))
+    gap: bool = option(Field(bool, False))
     bm25: Any = option(Field("mapping", None))
     encoder: Any = option(Field("mapping", None))
     quantization: Any = option(Field("mapping", None))
@@ -108,6 +109,7 @@ class DatasetOptions(Options):
     index: Any = option(Field("mapping", None))
     vectors: Any = option(Field("mapping", None))
     encoded: Any = option(Field("mapping", None))
+    gap: Any = option(Field("mapping", None))
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,7 @@ class DatasetRun:
     index: dict[str, int | None]
     vectors: dict[str, str | None] = field(default_factory=dict)  # "corpus"/"queries" -> pinned sha256
     encoded: EncodedVectors | None = None
+    gap: dict[str, float | None] = field(default_factory=dict)  # the vocabulary gap in its vectors (vtrepro.regress.gap)
 
 
 @dataclass
@@ -151,7 +154,8 @@ class Condition:
     tolerance: Tolerance = Tolerance()
     published: PublishedSystem | None = None  # the published system its references come from
     agrees_with: str | None = None  # an earlier condition whose vectors these are measured against
-    source_build: str | None = None  # one of SOURCE_BUILDS: the transfer source is built from ``model`` first
+    source_build: str | None = None  # one of SOURCE_BUILDS: the transfer source (or the model) is built from ``model``
+    gap: bool = False  # measure the vocabulary gap in its vectors (duplicate activation, dead terms, density)
 
 
 @dataclass
@@ -245,9 +249,17 @@ def _load_condition(check: Checker, parent: CommentedMap, name: str, metrics: tu
     if not isinstance(name, str) or not name or unsafe_character(name) or "/" in name:
         raise check.fail(parent, name, f"{where}: a condition name must be a non-empty string without whitespace, "
                                        "control characters or '/' (it names a folder and the run's tag); rename it")
-    given = ConditionOptions.read(check, parent, name, where)
     node = parent[name] or CommentedMap()
-    sources = [key for key in ("model", "transfer", "train") if getattr(given, key) is not None]
+    built_model = None
+    if isinstance(node.get("model"), CommentedMap):  # model: {build: round_trip, from: MODEL}, built by the run
+        built_model = check.read(node, "model", _BUILT_SOURCE, f"{where}.model")
+        view = copy.deepcopy(node)  # its lines kept, for the messages about its other keys
+        del view["model"]
+        given = ConditionOptions.read(check, {name: view}, name, where)
+    else:
+        given = ConditionOptions.read(check, parent, name, where)
+    sources = [key for key in ("model", "transfer", "train")
+               if getattr(given, key) is not None or (key == "model" and built_model is not None)]
     datasets = given.datasets or CommentedMap()
     all_encoded = bool(datasets) and all(isinstance(entry, CommentedMap) and "encoded" in entry
                                          for entry in datasets.values())
@@ -267,6 +279,8 @@ def _load_condition(check: Checker, parent: CommentedMap, name: str, metrics: tu
     if model is not None and model_name_problem(model):
         raise check.fail(node, "model", f"{where}: {model_name_problem(model)}; give a model folder or a Hub id")
     source_build = None
+    if built_model is not None:
+        model, source_build = built_model["from"], built_model["build"]
     if given.transfer is not None:
         built = isinstance(node["transfer"], CommentedMap) and isinstance(node["transfer"].get("source"), CommentedMap)
         options, source = TransferOptions.read_with(check, node, "transfer", f"{where}.transfer",
@@ -287,8 +301,10 @@ def _load_condition(check: Checker, parent: CommentedMap, name: str, metrics: tu
         reference_source=given.reference_source, reference_tolerance=given.reference_tolerance,
         reference_average=_metric_values(check, node, "reference_average", metrics, f"{where}.reference_average", False),
         tolerance=Tolerance.read(check, node, "tolerance", f"{where}.tolerance", **tolerance.to_dict()),
-        agrees_with=given.agrees_with,
+        agrees_with=given.agrees_with, gap=given.gap,
     )
+    if given.gap and retrieval != "impact":
+        raise check.fail(node, "gap", f"{where}: 'gap' measures the vocabulary gap in a model's vectors; BM25 has none")
     for dataset in datasets:
         _check_dataset_name(check, datasets, dataset, where)
         condition.datasets.append(_load_dataset(check, datasets, dataset, f"{where}, dataset '{dataset}'", retrieval,
@@ -362,6 +378,8 @@ def _load_dataset(check: Checker, parent: CommentedMap, name: str, where: str, r
         index=check.read(entry, "index", _INDEX, f"{where}.index", fill=False),
         vectors=_load_fingerprints(check, entry, f"{where}.vectors"),
         encoded=_load_encoded(check, entry, f"{where}.encoded"),
+        gap=check.read(entry, "gap", {figure: Field(float, None, minimum=0, nullable=True) for figure in MODEL_PINNED},
+                       f"{where}.gap", fill=False),
     )
 
 
@@ -435,7 +453,7 @@ def record_observed(path: Path, observed: dict[tuple[str, str], dict[str, Any]])
         entry = _own_node(document, datasets, dataset)
         if entry is None:
             entry = datasets[dataset] = CommentedMap()
-        for section in ("vectors", "index", "scores"):
+        for section in ("vectors", "index", "scores", "gap"):
             if not values.get(section):
                 continue
             pinned = _own_node(document, entry, section)
