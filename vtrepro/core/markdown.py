@@ -7,7 +7,7 @@ import html
 import re
 from typing import Any
 
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~$])")
 
 
 def md(value: Any) -> str:

@@ -49,8 +49,9 @@ def variant_classes(vocabulary: Vocabulary) -> dict[str, int | None]:
     entries = set(vocabulary.entries)
     scheme = vocabulary.scheme
     wordpiece = scheme is WORDPIECE
-    counts: dict[str, int | None] = {"marked": None if wordpiece else 0,
-                                     "marked_capitalized": None if wordpiece else 0, "capitalized": 0}
+    unmarked = wordpiece or scheme.marks == "none"  # no word-start mark to count
+    counts: dict[str, int | None] = {"marked": None if unmarked else 0,
+                                     "marked_capitalized": None if unmarked else 0, "capitalized": 0}
     if wordpiece:
         counts["position_twins"] = 0
     for entry in entries:
@@ -59,7 +60,7 @@ def variant_classes(vocabulary: Vocabulary) -> dict[str, int | None]:
         capital = entry[0].upper() + entry[1:]
         if wordpiece:
             counts["position_twins"] += scheme.mark(entry) in entries  # type: ignore[operator]
-        else:
+        elif not unmarked:
             counts["marked"] += scheme.mark(entry) in entries  # type: ignore[operator]
             counts["marked_capitalized"] += scheme.mark(capital) in entries  # type: ignore[operator]
         counts["capitalized"] += entry[0].isalpha() and capital in entries  # type: ignore[operator]

@@ -59,6 +59,13 @@ _MODEL_HELP = "duplicate activation, dead terms and density of a model's encoded
 _TRAINING_HELP = "active terms, inactive terms and loss against step, from training logs of one recipe"
 
 
+def check_empty_output(output: Path) -> Path:
+    """``--output`` must not exist or be an empty folder: refused before any work, not when the result is renamed."""
+    if output.is_dir() and any(output.iterdir()):
+        raise VtreproError(f"{output}: exists and is not empty; give a new folder (or an empty one) as --output")
+    return output
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("gap", __doc__)
     parts = parser.add_subparsers(dest="part", required=True,
@@ -123,7 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     datasets = [] if args.part == "census" else [load_dataset(args.dataset, args.data_dir)]
     vocabularies = [load_vocabulary(name, args.model_dir) for name in args.tokenizer]
     inputs = [dataset.path for dataset in datasets] + [vocabulary.folder for vocabulary in vocabularies]
-    output = check_output(args.output, inputs, kind="folder")
+    if getattr(args, "model", None):
+        from vtrepro.model.loading import resolve_model
+
+        inputs.append(Path(resolve_model(args.model, args.model_dir)))
+    output = check_empty_output(check_output(args.output, inputs, kind="folder"))
     if args.part != "census":
         datasets[0].queries(args.split)  # the split's qrels and queries, checked before any work
     study = Study(vocabularies, datasets, PARTS if args.part == "all" else (args.part,),

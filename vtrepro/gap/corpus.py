@@ -58,9 +58,9 @@ def tokenize_dataset(vocabulary: Vocabulary, dataset: BeirDataset, split: str = 
     corpus = dataset.corpus()
     for start in range(0, len(corpus), ENCODE_BATCH):
         batch = corpus[start:start + ENCODE_BATCH]
-        encoded = tokenizer.encode_batch([document.contents for document in batch], add_special_tokens=False)
+        encoded = _encode(tokenizer, [document.contents for document in batch], vocabulary)
         documents.update((document.doc_id, list(encoding.ids)) for document, encoding in zip(batch, encoded))
-    encoded_queries = tokenizer.encode_batch(list(queries.values()), add_special_tokens=False)
+    encoded_queries = _encode(tokenizer, list(queries.values()), vocabulary)
     tokenized = TokenizedDataset(vocabulary, dataset.name, split, documents,
                                  {qid: list(encoding.ids) for qid, encoding in zip(queries, encoded_queries)}, qrels,
                                  [(qid, doc_id) for qid, doc_id in relevant if doc_id in documents and qid in queries])
@@ -68,6 +68,19 @@ def tokenize_dataset(vocabulary: Vocabulary, dataset: BeirDataset, split: str = 
     logger.info(f"[{vocabulary.name} / {dataset.name}] {len(documents):,} documents, {len(queries):,} {split} "
                 f"queries, {len(tokenized.relevant):,} relevant pairs tokenized")
     return tokenized
+
+
+def _encode(tokenizer: Any, texts: list[str], vocabulary: Vocabulary) -> list[Any]:
+    """``texts`` tokenized without special tokens; the library's own failure (a regex past its match limit panics in
+    Rust) is one line naming the tokenizer."""
+    try:
+        return tokenizer.encode_batch(texts, add_special_tokens=False)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as error:  # pyo3's PanicException derives from BaseException
+        raise VtreproError(f"--tokenizer {vocabulary.name} ({vocabulary.source}): the tokenizers library failed on "
+                           f"the text ({type(error).__name__}: {' '.join(str(error).split())[:160]}); use another "
+                           "tokenizer") from None
 
 
 def _check_ids(tokenized: TokenizedDataset) -> None:
@@ -158,7 +171,8 @@ def _matches(tokenized: TokenizedDataset) -> dict:
             found_pairs[pair] += 1
             first_seen.setdefault(pair, (qid, doc_id))
     if not counted:
-        raise VtreproError(f"{tokenized.dataset}: no relevant pair has a query with tokens; nothing to match")
+        raise VtreproError(f"{tokenized.dataset}: none of the split's relevant pairs has a query with tokens and a "
+                           "document in the corpus; nothing to match (check the qrels against the corpus and queries)")
     entries = tokenized.vocabulary.entries
     examples = [{"query_form": entries[query_index], "document_form": entries[document_index],
                  "unit": tokenized.vocabulary.forms[query_index].unit, "pairs": count,

@@ -40,7 +40,7 @@ def _contexts(tokenized: TokenizedDataset, wanted: set[int], units: np.ndarray) 
     keys = []
     for offset in range(1, WINDOW + 1):
         for centre, neighbour in ((tokens[:-offset], tokens[offset:]), (tokens[offset:], tokens[:-offset])):
-            keep = lookup[centre] & (neighbour >= 0)
+            keep = lookup[centre] & (unit_of[neighbour] >= 0)  # no separator, no special
             keys.append(centre[keep] * (len(units) + 1) + unit_of[neighbour[keep]])
     found, counts = np.unique(np.concatenate(keys), return_counts=True)
     contexts: dict[int, Counter] = defaultdict(Counter)

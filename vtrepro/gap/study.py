@@ -15,9 +15,9 @@ from typing import Any
 
 from vtrepro.core.cli import DEFAULT_THREADS
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import atomic_write, write_json
+from vtrepro.core.io import atomic_write, check_within, write_json
 from vtrepro.core.markdown import md
-from vtrepro.data.beir import TEST_SPLIT, BeirDataset
+from vtrepro.data.beir import DATASET_NAME, TEST_SPLIT, BeirDataset
 from vtrepro.gap.bm25 import METRICS, bm25_figures
 from vtrepro.gap.census import census
 from vtrepro.gap.corpus import TokenizedDataset, corpus_figures, tokenize_dataset
@@ -46,6 +46,10 @@ class Study:
     model_dir: str | None = None
 
     def __post_init__(self) -> None:
+        for dataset in self.datasets:
+            if not DATASET_NAME.fullmatch(dataset.name) or dataset.name in (".", ".."):
+                raise VtreproError(f"{dataset.path}: dataset name {dataset.name!r:.80} cannot name the study's output "
+                                   "folders; give the dataset's folder itself (its name: letters, digits, '.', '_', '-')")
         names = [vocabulary.name for vocabulary in self.vocabularies]
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
@@ -91,7 +95,7 @@ def _measure_corpus(study: Study, tokenized: TokenizedDataset, output: Path, res
         if part == "corpus":
             results["corpus"]["figures"].append(corpus_figures(tokenized))
         elif part == "bm25":
-            folder = output / "bm25" / tokenized.vocabulary.name / tokenized.dataset
+            folder = check_within(output / "bm25" / tokenized.vocabulary.name / tokenized.dataset, output)
             results["bm25"]["runs"] += bm25_figures(tokenized, folder, study.threads, study.normalizations)
         else:
             results["integrity"]["tokenizers"].append(integrity(tokenized, embeddings))
@@ -119,7 +123,7 @@ def census_markdown(figures: dict) -> str:
             for entry in figures["tokenizers"]]
     histogram = [[entry["name"], *entry["forms_per_unit"].values()] for entry in figures["tokenizers"]]
     return ("# Vocabulary census\n\n"
-            + _table(["tokenizer", "scheme", "entries", "units", "|V|/units", "in multi-form groups", "marked",
+            + _table(["tokenizer", "scheme", "entries", "units", "\\|V\\|/units", "in multi-form groups", "marked",
                       "marked_capitalized", "capitalized", "position_twins", "case_variants"], rows)
             + "\n## Surface forms per unit\n\n" + _table(["tokenizer", "1", "2", "3", "4", "5+"], histogram))
 
@@ -132,7 +136,7 @@ def corpus_markdown(figures: dict) -> str:
                  example["pairs"], example["query_id"], example["document_id"]]
                 for entry in figures["figures"] for example in entry["examples"][:5]]
     return ("# The gap on a corpus\n\n"
-            + _table(["tokenizer", "dataset", "variant mass (docs)", "variant mass (queries)", "H(form|unit) bits",
+            + _table(["tokenizer", "dataset", "variant mass (docs)", "variant mass (queries)", "H(form\\|unit) bits",
                       *[f"match {name}" for name in NORMALIZATIONS], "pairs gained by units"], rows)
             + "\n## Matches ids miss and units find\n\n"
             + _table(["tokenizer", "dataset", "query form", "document form", "pairs", "query", "document"], examples))

@@ -25,11 +25,13 @@ class Scheme:
 
     name: str
     marker: str
-    marks: str  # "word-start" (prefix), "continuation" (prefix) or "word-end" (suffix)
+    marks: str  # "word-start" (prefix), "continuation" (prefix), "word-end" (suffix) or "none"
     byte_level: bool = False
 
     def split(self, entry: str) -> tuple[bool, str]:
         """``(marked, core)``: whether ``entry`` carries the marker, and the entry without it."""
+        if self.marks == "none":
+            return False, entry
         if self.marks == "word-end":
             marked = entry.endswith(self.marker) and len(entry) > len(self.marker)
             return marked, entry[: -len(self.marker)] if marked else entry
@@ -38,6 +40,8 @@ class Scheme:
 
     def carries_marker(self, entry: str) -> bool:
         """Whether ``entry`` begins (ends, for a word-end scheme) with the marker, the marker alone included."""
+        if self.marks == "none":
+            return False
         return entry.endswith(self.marker) if self.marks == "word-end" else entry.startswith(self.marker)
 
     def mark(self, core: str) -> str:
@@ -54,7 +58,9 @@ BYTE_LEVEL = Scheme("byte-level BPE", "Ġ", "word-start", byte_level=True)
 SENTENCEPIECE = Scheme("sentencepiece", "▁", "word-start")
 WORDPIECE = Scheme("WordPiece", "##", "continuation")
 END_OF_WORD = Scheme("end-of-word BPE", "</w>", "word-end", byte_level=True)
-SCHEMES = (BYTE_LEVEL, SENTENCEPIECE, WORDPIECE, END_OF_WORD)
+UNMARKED = Scheme("unmarked", "", "none")
+"""A vocabulary whose entries carry no position mark (word-level tokenizers): forms differ by case alone."""
+SCHEMES = (BYTE_LEVEL, SENTENCEPIECE, WORDPIECE, END_OF_WORD, UNMARKED)
 
 
 @functools.cache

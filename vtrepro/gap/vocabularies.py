@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,8 +18,9 @@ from typing import Any, Callable
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import JSON_FILE_BYTES, check_regular_file, read_json_file
-from vtrepro.gap.units import BYTE_LEVEL, END_OF_WORD, SENTENCEPIECE, WORDPIECE, Form, Scheme, read_form
-from vtrepro.model.loading import looks_like_path, model_name_problem, model_root, resolve_model
+from vtrepro.data.beir import DATASET_NAME
+from vtrepro.gap.units import BYTE_LEVEL, END_OF_WORD, SENTENCEPIECE, UNMARKED, WORDPIECE, Form, Scheme, read_form
+from vtrepro.model.loading import hub_reachable, looks_like_path, model_name_problem, model_root, resolve_model
 
 logger = logging.getLogger(__name__)
 
@@ -167,8 +169,11 @@ def _blingfire_entry(text: str, starts_word: bool, scheme: Scheme) -> str:
     return scheme.mark(text) if starts_word and text else text
 
 
-def _looks_special(entry: str) -> bool:
-    return len(entry) > 2 and ((entry[0], entry[-1]) in (("[", "]"), ("<", ">")))
+def _looks_special(entry: str, angled: bool = True) -> bool:
+    """A reserved entry by its spelling: WordPiece's bracketed ``[CLS]``, ``[unused0]``; with ``angled``, where a
+    vocabulary declares no special tokens of its own, also ``<s>``, ``<unk>``."""
+    ends = (("[", "]"), ("<", ">")) if angled else (("[", "]"),)
+    return len(entry) > 2 and (entry[0], entry[-1]) in ends
 
 
 def _wordpiece_builder(entries: list[str], lowercase: bool = False) -> Callable[[], Any]:
@@ -227,18 +232,29 @@ def load_vocabulary(name_or_path: str, model_dir: str | Path | None = None) -> V
     if name_or_path in BUILT_IN:
         return BUILT_IN[name_or_path][1]()
     source = Path(resolve_model(name_or_path, model_dir))
-    name = Path(name_or_path).name
     if source.is_dir():
-        return read_tokenizer_folder(source, name)
+        return read_tokenizer_folder(source, folder_name(source.resolve().name, name_or_path))
     if looks_like_path(name_or_path) or model_name_problem(name_or_path):
         raise VtreproError(f"--tokenizer {name_or_path}: neither a built-in name ({', '.join(BUILT_IN)}) nor an "
                            "existing tokenizer folder; give one of those or a Hub id")
-    return read_tokenizer_folder(_from_hub(name_or_path), name)
+    return read_tokenizer_folder(_from_hub(name_or_path), folder_name(Path(name_or_path).name, name_or_path))
+
+
+def folder_name(name: str, given: str) -> str:
+    """``name`` once it can name a folder of the study's outputs (letters, digits, '.', '_', '-'; not '.' or '..')."""
+    if not DATASET_NAME.fullmatch(name) or "/" in name or name in (".", ".."):
+        raise VtreproError(f"--tokenizer {given}: its folder's name {name!r:.80} cannot name the study's output folders "
+                           "(letters, digits, '.', '_', '-'); rename the folder or copy it under such a name")
+    return name
 
 
 def _from_hub(name: str) -> Path:
     from huggingface_hub import hf_hub_download
 
+    if not hub_reachable():
+        raise VtreproError(f"--tokenizer {name}: not a built-in name ({', '.join(BUILT_IN)}), no folder of that name here, "
+                           "and the Hugging Face Hub cannot be reached; put the tokenizer folder under --model-dir or "
+                           "give its path")
     try:
         return Path(hf_hub_download(name, "tokenizer.json", etag_timeout=10)).parent
     except Exception as error:  # offline, unknown id, no tokenizer.json: all one line
@@ -256,17 +272,41 @@ def read_tokenizer_folder(folder: Path, name: str) -> Vocabulary:
         return vocabulary
     vocab_txt = folder / "vocab.txt"
     if vocab_txt.exists() or vocab_txt.is_symlink():
-        check_regular_file(vocab_txt, MAX_VOCAB_TXT_BYTES, FOLDER_FIX, root)
-        entries = _checked_entries(vocab_txt.read_text(encoding="utf-8", errors="strict").splitlines(), str(vocab_txt))
+        entries = _read_vocab_txt(vocab_txt, root)
         lowercase = not any(entry != entry.lower() for entry in entries if not _looks_special(entry))
         specials = frozenset(index for index, entry in enumerate(entries) if _looks_special(entry))
         return Vocabulary(name, str(folder), WORDPIECE, entries, specials, _wordpiece_builder(entries, lowercase), folder)
     raise VtreproError(f"{folder}: no tokenizer.json or vocab.txt; {FOLDER_FIX}")
 
 
+def _read_vocab_txt(path: Path, root: Path) -> list[str]:
+    """A WordPiece ``vocab.txt``: one entry a line (split on newlines alone, as the tokenizers library reads it),
+    UTF-8, each entry once."""
+    check_regular_file(path, MAX_VOCAB_TXT_BYTES, FOLDER_FIX, root)
+    with open(path, "rb") as handle:
+        raw = handle.read(MAX_VOCAB_TXT_BYTES + 1)
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    entries = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            entries.append(line.rstrip(b"\r").decode("utf-8"))
+        except UnicodeDecodeError as error:
+            raise VtreproError(f"{path}:{number}: not valid UTF-8 (byte {error.start}); {FOLDER_FIX}") from None
+    entries = _checked_entries(entries, str(path))
+    seen: dict[str, int] = {}
+    for number, entry in enumerate(entries, start=1):
+        if seen.setdefault(entry, number) != number:
+            raise VtreproError(f"{path}:{number}: entry {entry!r:.60} is also line {seen[entry]}; each entry is one id: "
+                               "remove the repeat")
+    return entries
+
+
 def read_tokenizer_json(path: Path, name: str, source: str, folder: Path | None = None) -> Vocabulary:
-    """A ``tokenizer.json`` (bounded: :func:`vtrepro.core.io.read_json_file`), its scheme read from its model
-    and pre-tokenizer, its special tokens from its added tokens."""
+    """A ``tokenizer.json`` (bounded: :func:`vtrepro.core.io.read_json_file`, its entries counted before the library
+    builds it), its scheme read from its model and pre-tokenizer, its specials the added tokens the library marks
+    special and, for WordPiece, the bracketed reserved entries (``[unused0]``)."""
     from tokenizers import Tokenizer
 
     fix = "give a complete tokenizer.json (save it again with the tokenizers library)"
@@ -274,20 +314,49 @@ def read_tokenizer_json(path: Path, name: str, source: str, folder: Path | None 
     model = document.get("model") if isinstance(document, dict) else None
     if not isinstance(model, dict) or not isinstance(model.get("vocab"), (dict, list)):
         raise VtreproError(f"{path}: no model vocabulary in it; {fix}")
+    if len(model["vocab"]) > MAX_ENTRIES:  # counted before the library builds anything
+        raise VtreproError(f"{path}: {len(model['vocab']):,} entries, more than the {MAX_ENTRIES:,} a vocabulary may hold")
+    _check_normalizer(document.get("normalizer"), path)
+    text = json.dumps(document)  # the document read and checked once, never the path again
     try:
-        tokenizer_text = path.read_text(encoding="utf-8")
-        Tokenizer.from_str(tokenizer_text)
+        loaded = Tokenizer.from_str(text)
     except Exception as error:  # the library's own parse: any refusal is this file's fault
         raise VtreproError(f"{path}: the tokenizers library cannot read it ({' '.join(str(error).split())[:160]}); "
                            f"{fix}") from None
-    loaded = Tokenizer.from_str(tokenizer_text)
-    vocab = loaded.get_vocab(with_added_tokens=True)
-    entries = _by_id(vocab, str(path))
-    added = document.get("added_tokens") or []
-    specials = frozenset(token["id"] for token in added
-                         if isinstance(token, dict) and token.get("special") and isinstance(token.get("id"), int))
-    return Vocabulary(name, source, _scheme_of(document, entries), entries, specials,
-                      lambda: Tokenizer.from_str(tokenizer_text))
+    entries = _by_id(loaded.get_vocab(with_added_tokens=True), str(path))
+    scheme = _scheme_of(document, entries)
+    declared = {index for index, token in loaded.get_added_tokens_decoder().items() if token.special}
+    reserved = {index for index, entry in enumerate(entries)
+                if scheme is WORDPIECE and _looks_special(entry, angled=False)}
+    return Vocabulary(name, source, scheme, entries, frozenset(declared | reserved), lambda: Tokenizer.from_str(text))
+
+
+_BOUNDED_NORMALIZERS = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "StripAccents", "Strip", "BertNormalizer", "Nmt",
+                        "Precompiled", "Prepend", "Replace", "Sequence"}
+"""Normalizers whose output grows at most by a constant per text (Unicode forms by at most their fixed factor):
+a tokenizer from others may name no other, and its ``Replace`` steps may not lengthen what they match."""
+
+
+def _check_normalizer(normalizer: Any, path: Path, depth: int = 0) -> None:
+    """Refuse a normalizer that could make a text grow without bound before it is tokenized (a chain of ``Replace``
+    steps each lengthening what it matches multiplies a text's length): each ``Replace`` must put back no more
+    characters than its literal pattern has, a regex pattern only deletions."""
+    if normalizer is None:
+        return
+    fix = "vtrepro tokenizes with normalizers that cannot lengthen a text more than a constant: use such a tokenizer"
+    kind = normalizer.get("type") if isinstance(normalizer, dict) else None
+    if kind not in _BOUNDED_NORMALIZERS or depth > 8:
+        raise VtreproError(f"{path}: normalizer {str(kind)[:40]!r} is not one vtrepro runs on text from others; {fix}")
+    if kind == "Sequence":
+        for step in normalizer.get("normalizers") or []:
+            _check_normalizer(step, path, depth + 1)
+    elif kind == "Replace":
+        pattern, content = normalizer.get("pattern") or {}, normalizer.get("content")
+        literal = pattern.get("String") if isinstance(pattern, dict) else None
+        bounded = isinstance(content, str) and (len(content) <= len(literal) if isinstance(literal, str) else not content)
+        if not bounded:
+            raise VtreproError(f"{path}: a Replace normalizer puts back more than it matches ({str(content)[:20]!r}); "
+                               f"{fix}")
 
 
 def _scheme_of(document: dict, entries: list[str]) -> Scheme:
@@ -305,4 +374,5 @@ def _scheme_of(document: dict, entries: list[str]) -> Scheme:
         return SENTENCEPIECE
     counts = {scheme: sum(scheme.split(entry)[0] for entry in entries) for scheme in (BYTE_LEVEL, SENTENCEPIECE,
                                                                                       WORDPIECE)}
-    return max(counts, key=counts.__getitem__)
+    most = max(counts, key=counts.__getitem__)
+    return most if counts[most] else UNMARKED

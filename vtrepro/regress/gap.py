@@ -20,6 +20,7 @@ observed figures into ``pins``.
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write, rewritten_in_place
 from vtrepro.core.schema import Checker, Field, read_yaml, round_trip_yaml
 from vtrepro.data.beir import DATASET_NAME
+from vtrepro.gap.units import NORMALIZATIONS
 from vtrepro.report.results import (
     STATUS_FAIL,
     STATUS_MEASURED,
@@ -55,6 +57,10 @@ PARTS = tuple(PINNED)
 MEASURED = ("p_t_test", "p_randomization")
 """The BM25 figures shown beside the pins (each normalization's paired tests against raw), never judged."""
 _KEYS = {"tokenizers", "corpus_tokenizers", "datasets", "pins"}
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+"""A tokenizer's name in a block: a built-in name, or a folder's name under --model-dir (no path)."""
+MAX_NAMES = 64
+"""The most tokenizers or datasets a block lists."""
 
 
 @dataclass
@@ -74,16 +80,24 @@ def load_gap_block(check: Checker, document: CommentedMap) -> GapBlock | None:
     node = check.mapping(document, "gap", _KEYS, "gap")
     names = check.read(document, "gap", {"tokenizers": Field("str_list"), "corpus_tokenizers": Field("str_list", None),
                                          "datasets": Field("str_list", None), "pins": Field("mapping", None)}, "gap")
-    for key in ("tokenizers", "corpus_tokenizers"):
-        for name in names[key] or ():
-            if not DATASET_NAME.fullmatch(name):
-                raise check.fail(node, key, f"gap.{key}: {name!r:.80} is not a tokenizer name (a built-in name or a "
-                                            "folder's name under --model-dir: letters, digits, '.', '_', '-'); use one")
+    for key in ("tokenizers", "corpus_tokenizers", "datasets"):
+        given = names[key] or ()
+        if len(given) > MAX_NAMES:
+            raise check.fail(node, key, f"gap.{key}: {len(given)} names, more than the {MAX_NAMES} a study takes")
+        for position, name in enumerate(given):
+            pattern = DATASET_NAME if key == "datasets" else _NAME
+            if not pattern.fullmatch(name):
+                raise check.fail(node[key], position, f"gap.{key}: {name!r:.80} is not a "
+                                 f"{'dataset' if key == 'datasets' else 'tokenizer'} name (a built-in name or a folder's "
+                                 "name under --model-dir or the data root: letters, digits, '.', '_', '-'); use one")
+            if name in given[:position]:
+                raise check.fail(node[key], position, f"gap.{key}: {name} is listed twice; remove one")
     corpus_tokenizers = names["corpus_tokenizers"] or names["tokenizers"]
     datasets = names["datasets"] or ()
-    for name in datasets:
-        if not DATASET_NAME.fullmatch(name):
-            raise check.fail(node, "datasets", f"gap.datasets: {name!r:.80} is not a dataset name; use one")
+    keys = {"census": set(names["tokenizers"]),
+            "corpus": {f"{tokenizer}/{dataset}" for tokenizer in corpus_tokenizers for dataset in datasets}}
+    keys["integrity"] = keys["corpus"]
+    keys["bm25"] = {f"{key}/{normalization}" for key in keys["corpus"] for normalization in NORMALIZATIONS}
     pins: dict[str, dict[str, dict[str, Any]]] = {}
     pin_node = check.mapping(node, "pins", set(PARTS), "gap.pins")
     for part in pin_node:
@@ -92,6 +106,11 @@ def load_gap_block(check: Checker, document: CommentedMap) -> GapBlock | None:
             raise check.fail(pin_node, part, f"gap.pins.{part} must map keys to their figures")
         pins[part] = {}
         for key in entries:
+            if key not in keys[part]:
+                raise check.fail(entries, key, f"gap.pins.{part}: {str(key)[:80]!r} is no figure of this study (its keys: "
+                                               "a tokenizer for census; tokenizer/dataset for corpus and integrity; "
+                                               "tokenizer/dataset/normalization for bm25, of the block's names); "
+                                               "remove it or list its names")
             schema = {figure: Field(float, None, minimum=0, nullable=True) for figure in PINNED[part]}
             pins[part][str(key)] = check.read(entries, key, schema, f"gap.pins.{part}.{key}", fill=False)
     return GapBlock(tuple(names["tokenizers"]), tuple(corpus_tokenizers), tuple(datasets), pins)

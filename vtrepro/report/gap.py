@@ -330,7 +330,7 @@ def _integrity(check: _Checker, document: Any) -> list[dict[str, Any]]:
             "groups_measured": check.count(row.get("groups_measured"), f"{where}.groups_measured"),
             **{key: check.optional(row, key, where, lambda value, at: check.number(value, at, 0))
                for key in ("mean_divergence", "random_pair_divergence")},
-            "at_risk": len(at_risk), "preserved": len(check.listing(row.get("preserved", []), f"{where}.preserved")),
+            "at_baseline": check.optional(row, "groups_at_baseline", where, check.count),
             "shown": shown,
         })
     return entries
@@ -447,12 +447,12 @@ def _integrity_tables(entries: list[dict[str, Any]]) -> list[GapTable]:
         "tokenizer": row["tokenizer"], "dataset": row["dataset"], "groups measured": _count(row["groups_measured"]),
         "mean divergence": _ratio(row["mean_divergence"]),
         "random pairs' divergence": _ratio(row["random_pair_divergence"]),
-        "at risk": _count(row["at_risk"]), "preserved": _count(row["preserved"]),
-        "first at risk": "; ".join(f"{unit} ({_listed(forms)}): {divergence:.4f}" for unit, forms, divergence in row["shown"]),
+        "at or above the random pairs": _count(row["at_baseline"]),
+        "most divergent": "; ".join(f"{unit} ({_listed(forms)}): {divergence:.4f}" for unit, forms, divergence in row["shown"]),
     } for row in entries])
     return [GapTable("Integrity: do a unit's forms mean the same?", frame,
-                     ["divergence between the contexts of a unit's forms; a group far above the random pairs' is at risk "
-                      "of losing meaning when its forms are merged."])]
+                     ["divergence between the contexts of a unit's forms; a group at or above the random pairs' median "
+                      "is at risk of losing meaning when its forms are merged; the most divergent are listed."])]
 
 
 # -- Figures ---------------------------------------------------------------------------------------------

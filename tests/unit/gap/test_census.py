@@ -52,3 +52,25 @@ def test_a_hand_made_vocabulary_counts_each_class_once():
     assert variant_classes(vocabulary) == {"marked": 2, "marked_capitalized": 2, "capitalized": 1, "case_variants": 3}
     figures = census(vocabulary)
     assert figures["units"] == 3 and figures["forms_per_unit"] == {"1": 1, "2": 1, "3": 0, "4": 0, "5+": 1}
+
+
+def test_a_tokenizer_json_and_its_vocab_txt_give_one_census(splade_tiny, tmp_path):
+    """Specials are the declared ones and WordPiece's bracketed reserved entries, whatever the file format."""
+    folder = tmp_path / "vocab-txt"
+    folder.mkdir()
+    from_json = load_vocabulary(str(splade_tiny))
+    (folder / "vocab.txt").write_text("".join(entry + "\n" for entry in from_json.entries))
+    first, second = census(from_json), census(load_vocabulary(str(folder)))
+    for figure in ("specials", "units", "coarse_graining", "variants", "forms_per_unit"):
+        assert first[figure] == second[figure], figure
+
+
+def test_contexts_never_count_a_special_neighbour():
+    from vtrepro.gap.integrity import _contexts
+    from vtrepro.gap.corpus import TokenizedDataset
+    import numpy as np
+
+    vocabulary = Vocabulary("toy", "test", WORDPIECE, ["[SEP]", "apple", "Apple", "pie"], frozenset({0}))
+    tokenized = TokenizedDataset(vocabulary, "toy", "test", {"d": [2, 0, 3]}, {}, {}, [])
+    contexts = _contexts(tokenized, {1, 2}, np.array([-1, 0, 0, 1]))
+    assert dict(contexts) == {2: {1: 1}}  # Apple sees pie (unit 1) two places on; the special is no unit

@@ -58,7 +58,7 @@ def _run(normalization: str, ndcg: float) -> dict:
 BM25 = {"runs": [_run(normalization, ndcg) for normalization, ndcg in
                  (("raw", 0.30), ("markers", 0.3112), ("case", 0.3051), ("both", 0.3187))]}
 INTEGRITY = {"tokenizers": [{"tokenizer": "gpt2-bpe", "dataset": "nfcorpus", "groups_measured": 500,
-                             "mean_divergence": 0.21, "random_pair_divergence": 0.63,
+                             "mean_divergence": 0.21, "random_pair_divergence": 0.63, "groups_at_baseline": 1,
                              "at_risk": [{"unit": "us", "forms": ["us", "US"], "divergence": 0.71}],
                              "preserved": [{"unit": "db", "forms": ["db", "DB"], "divergence": 0.1}]}]}
 _DUPLICATES = {"vectors": 1000, "with_duplicates": 870, "duplicate_share": 0.87, "duplicate_units_per_vector": 2.1,
@@ -133,7 +133,8 @@ def test_a_section_has_every_table_and_a_figure_of_each_kind(tmp_path, no_drawin
     assert list(bm25["normalization"]) == ["raw", "markers", "case", "both"]
     assert bm25.loc[0, "Δ ndcg@10"] == "" and bm25.loc[3, "Δ ndcg@10"] == "+0.0187"
     assert bm25.loc[3, "p (randomization) ndcg@10"] == "0.0131*" and bm25.loc[3, "recall@100"] == "0.2500"
-    assert integrity.loc[0, "at risk"] == "1" and integrity.loc[0, "first at risk"] == "us (us, US): 0.7100"
+    assert integrity.loc[0, "at or above the random pairs"] == "1"  # groups_at_baseline, not the listed groups
+    assert integrity.loc[0, "most divergent"] == "us (us, US): 0.7100"
     assert list(section.figures) == figure_stems(0) == [f"gap-{name}" for name in GAP_FIGURES]
     assert figure_stems(1)[0] == "gap-2-forms"
 
