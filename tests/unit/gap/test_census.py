@@ -66,9 +66,10 @@ def test_a_tokenizer_json_and_its_vocab_txt_give_one_census(splade_tiny, tmp_pat
 
 
 def test_contexts_never_count_a_special_neighbour():
-    from vtrepro.gap.integrity import _contexts
-    from vtrepro.gap.corpus import TokenizedDataset
     import numpy as np
+
+    from vtrepro.gap.corpus import TokenizedDataset
+    from vtrepro.gap.integrity import _contexts
 
     vocabulary = Vocabulary("toy", "test", WORDPIECE, ["[SEP]", "apple", "Apple", "pie"], frozenset({0}))
     tokenized = TokenizedDataset(vocabulary, "toy", "test", {"d": [2, 0, 3]}, {}, {}, [])
