@@ -23,8 +23,8 @@ from conftest import assert_one_error_line
 from vtrepro.core.cli import cli_entry
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.schema import MAX_YAML_BYTES, read_yaml
-from vtrepro.index.lucene import main as index_main
-from vtrepro.regress.runner import main as regress_main
+from vtrepro.index.command import main as index_main
+from vtrepro.regress.command import main as regress_main
 from vtrepro.regress.spec import REGRESSIONS_DIR, load_spec
 from vtrepro.search.command import main as search_main
 from vtrepro.search.runs import MAX_RUN_HITS, hits_per_query

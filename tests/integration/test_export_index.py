@@ -20,7 +20,7 @@ from vtrepro.core.anserini import RELEASES, anserini_jar, installed_release
 from vtrepro.core.cli import cli_entry
 from vtrepro.core.java import find_java_home
 from vtrepro.index.prebuilt import HEADER_NAME, checksum_paths
-from vtrepro.regress.export import main as export_main
+from vtrepro.regress.command import export_main
 from vtrepro.regress.readme import anserini_command
 from vtrepro.search.command import main as search_main
 

@@ -5,7 +5,7 @@ import pytest
 
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import read_query_vectors
-from vtrepro.regress.runner import main as regress
+from vtrepro.regress.command import main as regress
 from vtrepro.regress.spec import REGRESSIONS_DIR
 from vtrepro.search.runs import read_trec_run
 
