@@ -194,9 +194,9 @@ def test_the_graph_reader_sees_deferred_relative_and_named_imports(tmp_path):
 def test_the_command_table_and_the_api_are_read_as_imports():
     """``vtrepro/__main__.py`` imports every command's module by name, ``vtrepro/__init__.py`` every public name's."""
     graph = import_graph()
-    assert {"vtrepro.search.command", "vtrepro.regress.runner", "vtrepro.training.train"} <= graph["vtrepro.__main__"]
+    assert {"vtrepro.search.command", "vtrepro.regress.command", "vtrepro.training.command"} <= graph["vtrepro.__main__"]
     assert {"vtrepro.data.beir", "vtrepro.regress.spec"} <= graph["vtrepro"]
-    assert "vtrepro.regress.model_export" in graph["vtrepro.regress.export"]
+    assert "vtrepro.regress.model_export" in graph["vtrepro.model.command"]
 
 
 MAX_PARAMETERS = 8

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import Any, Callable
 
 from vtrepro.core.cli import (
     DEFAULT_RUNS,
@@ -30,9 +31,6 @@ from vtrepro.core.cli import (
     command_parser,
     positive_int,
 )
-from vtrepro.encode.command import EXPORT_VECTORS, add_export_vectors_arguments, export_vectors_main
-from vtrepro.index.command import EXPORT_INDEX, add_export_index_arguments, export_index_main
-from vtrepro.model.command import EXPORT_MODEL, add_export_model_arguments, export_model_main
 from vtrepro.regress import export, runner
 from vtrepro.regress.context import RunContext
 from vtrepro.regress.runner import rehearse_spec, run_regression
@@ -88,17 +86,26 @@ def main(argv: list[str] | None = None) -> int:
     return run_regression(spec, context, dry_run=args.dry_run, rehearsal=rehearsal)
 
 
-EXPORT_SUBCOMMANDS = {"vectors": (EXPORT_VECTORS, add_export_vectors_arguments, export_vectors_main),
-                      "index": (EXPORT_INDEX, add_export_index_arguments, export_index_main),
-                      "model": (EXPORT_MODEL, add_export_model_arguments, export_model_main)}
-"""``export``'s subcommands, each declared by the stage that owns what it exports: its line, arguments and run."""
+EXPORT_SUBCOMMANDS = ("vectors", "index", "model")
+
+
+def export_subcommands() -> dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[Any], int]]]:
+    """``export``'s subcommands, each declared by the stage that owns what it exports: its line, arguments and
+    run (imported here, not above: ``regress --help`` loads none of them)."""
+    from vtrepro.encode.command import EXPORT_VECTORS, add_export_vectors_arguments, export_vectors_main
+    from vtrepro.index.command import EXPORT_INDEX, add_export_index_arguments, export_index_main
+    from vtrepro.model.command import EXPORT_MODEL, add_export_model_arguments, export_model_main
+
+    return {"vectors": (EXPORT_VECTORS, add_export_vectors_arguments, export_vectors_main),
+            "index": (EXPORT_INDEX, add_export_index_arguments, export_index_main),
+            "model": (EXPORT_MODEL, add_export_model_arguments, export_model_main)}
 
 
 def build_export_parser() -> argparse.ArgumentParser:
     """``export`` and its subcommands' arguments."""
     parser = command_parser("export", export.__doc__)
     subcommands = parser.add_subparsers(dest="command", required=True, metavar="{vectors,index,model}")
-    for name, (summary, add_arguments, _) in EXPORT_SUBCOMMANDS.items():
+    for name, (summary, add_arguments, _) in export_subcommands().items():
         add_arguments(subcommands.add_parser(name, help=summary, description=summary))
     return parser
 
@@ -110,4 +117,4 @@ def export_main(argv: list[str] | None = None) -> int:
         logger.warning(f"'export {argv[0]}' without a subcommand is deprecated; write 'export vectors {argv[0]}'")
         argv.insert(0, "vectors")
     args = build_export_parser().parse_args(argv)
-    return EXPORT_SUBCOMMANDS[args.command][2](args)
+    return export_subcommands()[args.command][2](args)

@@ -87,7 +87,7 @@ def scored(tmp_path: Path) -> Job:
 
 @pytest.mark.parametrize(("mode", "processes"), [("subprocess", 1), pytest.param("torchrun", 2, marks=pytest.mark.slow)])
 def test_a_child_runs_the_command_and_a_failed_one_is_one_line_here(scored: Job, mode, processes, capfd) -> None:
-    from vtrepro.evaluate.trec import main as evaluate
+    from vtrepro.evaluate.command import main as evaluate
 
     evaluate(list(scored.arguments))
     one = capfd.readouterr().out
@@ -107,7 +107,7 @@ def test_a_child_runs_the_command_and_a_failed_one_is_one_line_here(scored: Job,
 
 def test_a_job_in_process_and_as_a_child_writes_the_same(scored: Job, tmp_path: Path, capfd) -> None:
     """The in-process call and the child command line are one job: the same scores either way."""
-    from vtrepro.evaluate.trec import main as evaluate
+    from vtrepro.evaluate.command import main as evaluate
 
     here = Job(scored.command, scored.arguments, run=lambda **shared: evaluate(list(scored.arguments)))
     launch(here)
