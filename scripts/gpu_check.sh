@@ -16,4 +16,4 @@ cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
 limit=${GPU_CHECK_SECONDS:-600}
 python=${PYTHON:-$(command -v python || command -v python3)}
-exec timeout --signal=TERM --kill-after=15 "$limit" "$python" -m vtrepro.bench.gpu_check "$@"
+exec timeout --signal=TERM --kill-after=15 "$limit" "$python" -c "import sys; from vtrepro.bench.command import gpu_check_main; sys.exit(gpu_check_main())" "$@"

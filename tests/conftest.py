@@ -213,7 +213,7 @@ def record_mini_spec(root: Path, model: Path) -> tuple[Path, Path, Path]:
     """A spec of splade-tiny on the mini collection (:func:`write_mini_beir`), recorded by ``regress --record``
     into ``root``: ``(spec, data root, runs folder)``."""
     from vtrepro.core.cli import cli_entry
-    from vtrepro.regress.runner import main as regress_main
+    from vtrepro.regress.command import main as regress_main
 
     data = write_mini_beir(root / "data")
     spec = root / "mini_spec.yaml"
@@ -353,7 +353,7 @@ def seed_spec_encodings(spec: Path, output: Path, models_dir: Path, data_dir: Pa
 def splade_tiny_run(tmp_path_factory, data_dir, models_dir, encode_cache):
     """One regression run of beir_splade_tiny per test session, from the encode cache's encodings:
     ``(args, results folder, exit code)``; the arguments are a tuple, so no test can change them."""
-    from vtrepro.regress.runner import main as regress
+    from vtrepro.regress.command import main as regress
     from vtrepro.regress.spec import REGRESSIONS_DIR
 
     output = tmp_path_factory.mktemp("runs")
@@ -371,7 +371,7 @@ def exported(splade_tiny_run, data_dir, tmp_path_factory):
     """``export index`` of the session's beir_splade_tiny run, scifact only: ``(the run's folder, the output
     folder holding the tarball, its checksums and prebuilt.json)``."""
     from vtrepro.core.cli import cli_entry
-    from vtrepro.regress.export import main as export
+    from vtrepro.regress.command import export_main as export
     from vtrepro.regress.spec import REGRESSIONS_DIR
 
     _, run_root, code = splade_tiny_run
@@ -387,7 +387,7 @@ def exported(splade_tiny_run, data_dir, tmp_path_factory):
 @pytest.fixture(scope="session")
 def bm25_flat_run(tmp_path_factory, data_dir):
     """One regression run of beir_bm25_flat per test session: ``(results folder, exit code)``."""
-    from vtrepro.regress.runner import main as regress
+    from vtrepro.regress.command import main as regress
     from vtrepro.regress.spec import REGRESSIONS_DIR
 
     output = tmp_path_factory.mktemp("runs")

@@ -14,14 +14,13 @@ shared flag without a line in :data:`MEANINGS`, two names declared with one mean
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from vtrepro.__main__ import COMMANDS
-from vtrepro.core.cli import renamed_flags
+from vtrepro.__main__ import COMMANDS, command_functions
+from vtrepro.core.cli import is_negatable, renamed_flags, subcommand_parsers
 
 MEANINGS: dict[str, str] = {
     "--output": "the one thing this command creates, never an input: a FILE or a FOLDER (its metavar), written "
@@ -83,7 +82,7 @@ RETIRED: dict[str, str] = {
 """Old spellings: accepted only as deprecated ones (one notice naming the new flag), never declared anew."""
 
 GLOBAL_FLAGS = ("-h", "--help", "--verbose", "--quiet", "--debug")
-SCRIPT_COMMANDS = {"bench gpu-check": "vtrepro.bench.gpu_check"}
+SCRIPT_COMMANDS = {"bench gpu-check": "vtrepro.bench.command:gpu_check"}
 """Commands run by a script rather than through ``python -m vtrepro``: their flags follow the same rules."""
 
 
@@ -108,22 +107,25 @@ class Flag:
         return kind_of_value, kind if self.name == "--output" else self.path_kind, default
 
 
-def command_parsers() -> Iterator[tuple[str, argparse.ArgumentParser]]:
-    """(command name, parser) of every command and subcommand, from each command module's ``build_parser()``."""
-    for name, module_name in (COMMANDS | SCRIPT_COMMANDS).items():
-        parser = importlib.import_module(module_name).build_parser()
-        subparsers = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+def command_parsers() -> Iterator[tuple[str, Any]]:
+    """(command name, parser) of every command and subcommand, from each command's ``build_parser()``."""
+    builders = {name: command_functions(name)[1] for name in COMMANDS}
+    for name, spelled in SCRIPT_COMMANDS.items():
+        module, _, part = spelled.partition(":")
+        builders[name] = getattr(importlib.import_module(module), f"build_{part}_parser")
+    for name, build in builders.items():
+        parser = build()
+        subparsers = subcommand_parsers(parser)
         if not subparsers:
             yield name, parser
-        for action in subparsers:
-            yield from ((f"{name} {sub}", subparser) for sub, subparser in action.choices.items())
+        yield from ((f"{name} {sub}", subparser) for sub, subparser in subparsers.items())
 
 
-def type_name(action: argparse.Action) -> str:
+def type_name(action: Any) -> str:
     """The kind of value a flag takes: switch, integer, number, text, path, list or one of its choices."""
     if action.nargs == 0:
         return "switch"
-    if isinstance(action, argparse.BooleanOptionalAction):
+    if is_negatable(action):
         return "switch (--no- form)"
     if action.choices is not None:
         return "one of " + ", ".join(map(str, action.choices))
@@ -142,7 +144,7 @@ def shown_default(value: Any) -> str:
     return str(value)
 
 
-def command_flags(command: str, parser: argparse.ArgumentParser) -> list[Flag]:
+def command_flags(command: str, parser: Any) -> list[Flag]:
     """The flags ``parser`` declares, old spellings and the global flags left out."""
     renamed = renamed_flags(parser)
     flags = []

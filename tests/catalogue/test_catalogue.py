@@ -21,8 +21,8 @@ from conftest import assert_one_error_line
 from helpers import run_command, run_module, write_vectors
 from vtrepro.core.cli import cli_entry
 from vtrepro.core.errors import VtreproError
-from vtrepro.evaluate.trec import main as evaluate_main
-from vtrepro.index.lucene import main as index_main
+from vtrepro.evaluate.command import main as evaluate_main
+from vtrepro.index.command import main as index_main
 from vtrepro.search.command import main as search_main
 
 GOOD = [{"id": f"d{i}", "contents": "", "vector": {"paris": i + 1, "france": 2}} for i in range(3)]

@@ -31,10 +31,10 @@ from vtrepro.core import archives
 from vtrepro.core.archives import MAX_EXTENDED_HEADER_BYTES, MAX_EXTENDED_HEADERS, MAX_LINE_BYTES, extract_zip
 from vtrepro.core.errors import VtreproError
 from vtrepro.data.beir import read_corpus
-from vtrepro.encode.fingerprint import main as fingerprint_main
+from vtrepro.encode.command import fingerprint_main
 from vtrepro.encode.reader import MAX_VECTOR_TERMS
 from vtrepro.index.prebuilt import HEADER_NAME, MAX_TOPICS, PREBUILT_FORMAT
-from vtrepro.regress.runner import main as regress_main
+from vtrepro.regress.command import main as regress_main
 from vtrepro.search.command import main as search_main
 
 pytestmark = pytest.mark.slow  # the hostile-input catalogue (docs/security.md): the full suite runs it

@@ -18,10 +18,10 @@ from conftest import assert_one_error_line, write_mini_beir
 from vtrepro.core.errors import VtreproError
 from vtrepro.data.beir import MAX_RELEVANCE, MIN_RELEVANCE, QRELS_HEADER, load_dataset
 from vtrepro.data.texts import corpus_texts
-from vtrepro.encode.writer import main as encode_main
+from vtrepro.encode.command import encode_main
+from vtrepro.evaluate.command import main as evaluate_main
 from vtrepro.evaluate.trec import MAX_CUTOFF
-from vtrepro.evaluate.trec import main as evaluate_main
-from vtrepro.regress.runner import main as regress_main
+from vtrepro.regress.command import main as regress_main
 from vtrepro.regress.spec import load_spec
 
 pytestmark = pytest.mark.slow  # the hostile-input catalogue (docs/security.md): the full suite runs it

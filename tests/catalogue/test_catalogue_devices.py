@@ -22,9 +22,9 @@ from conftest import assert_one_error_line
 from vtrepro.bench.command import main as bench_main
 from vtrepro.core.anserini import installed_release
 from vtrepro.core.cli import cli_entry
-from vtrepro.encode.writer import main as encode_main
+from vtrepro.encode.command import encode_main
+from vtrepro.index.command import main as index_main
 from vtrepro.index.lucene import build_impact_index, index_stats
-from vtrepro.index.lucene import main as index_main
 from vtrepro.search.command import main as search_main
 
 pytestmark = pytest.mark.slow  # the hostile-input catalogue (docs/security.md): the full suite runs it

@@ -21,9 +21,9 @@ from conftest import assert_one_error_line
 from helpers import run_command
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import MAX_JSON_DEPTH, parse_json, read_jsonl
-from vtrepro.encode.writer import main as encode_main
-from vtrepro.regress.export import main as export_main
-from vtrepro.regress.runner import main as regress_main
+from vtrepro.encode.command import encode_main
+from vtrepro.regress.command import export_main
+from vtrepro.regress.command import main as regress_main
 
 ADDRESS_SPACE = 2 * 1024**3
 DEEP = "[" * 100_000

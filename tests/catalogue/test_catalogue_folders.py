@@ -17,9 +17,9 @@ import pytest
 
 from conftest import assert_one_error_line, write_mini_beir
 from helpers import run_command, write_jsonl
-from vtrepro.index.lucene import main as index_main
+from vtrepro.index.command import main as index_main
 from vtrepro.index.pisa import META_NAME
-from vtrepro.regress.runner import main as regress_main
+from vtrepro.regress.command import main as regress_main
 from vtrepro.search.command import main as search_main
 
 SECONDS = 5

@@ -22,12 +22,12 @@ from test_catalogue_folders import hang_guard
 from conftest import MINI_CORPUS
 from helpers import run_command, write_jsonl
 from vtrepro.core.archives import MAX_LINE_BYTES
-from vtrepro.encode.writer import main as encode
-from vtrepro.evaluate.trec import main as evaluate
-from vtrepro.index.lucene import main as index
+from vtrepro.encode.command import encode_main as encode
+from vtrepro.evaluate.command import main as evaluate
+from vtrepro.index.command import main as index
 from vtrepro.index.pisa import META_NAME
 from vtrepro.regress.bundle import BUNDLE_FORMAT
-from vtrepro.regress.runner import main as regress
+from vtrepro.regress.command import main as regress
 from vtrepro.report.command import main as report
 from vtrepro.search.command import main as search
 

@@ -23,8 +23,8 @@ from conftest import assert_one_error_line
 from vtrepro.core.cli import cli_entry
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.schema import MAX_YAML_BYTES, read_yaml
-from vtrepro.index.lucene import main as index_main
-from vtrepro.regress.runner import main as regress_main
+from vtrepro.index.command import main as index_main
+from vtrepro.regress.command import main as regress_main
 from vtrepro.regress.spec import REGRESSIONS_DIR, load_spec
 from vtrepro.search.command import main as search_main
 from vtrepro.search.runs import MAX_RUN_HITS, hits_per_query
@@ -241,7 +241,7 @@ def test_small_aliases_still_work(tmp_path: Path) -> None:
 
 def test_mlm_max_length_beyond_the_model_is_refused_before_work(tmp_path: Path, capsys, models_dir: Path) -> None:
     """It was a tensor size mismatch after loading texts and model (exit 3); now one line, nothing loaded."""
-    from vtrepro.training.mlm import main as mlm_main
+    from vtrepro.training.command import mlm_main
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(json.dumps({"_id": "d1", "text": "protein folding " * 800}) + "\n")
@@ -268,7 +268,7 @@ ROBERTA = (REGRESSIONS_DIR / "recipes" / "roberta_base_native.yaml").read_text()
 def test_train_dry_run_refuses_lengths_the_model_cannot_take(text, old, new, fragment, tmp_path: Path, capsys,
                                                             models_dir: Path) -> None:
     """They used to pass --dry-run (the real run refused after its stages and mining)."""
-    from vtrepro.training.train import main as train_main
+    from vtrepro.training.command import train_main
 
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(edited(text, old, new))
@@ -283,7 +283,7 @@ def test_train_dry_run_refuses_lengths_the_model_cannot_take(text, old, new, fra
 def test_calibrate_target_beyond_the_vocabulary_is_refused(tmp_path: Path, capsys, models_dir: Path) -> None:
     """--target-terms 1e9 gave 30,516.98 active terms per document (every term), exit 0; now refused: above
     any vocabulary by the parser and the spec schema, above this model's 30,517 terms once it is loaded."""
-    from vtrepro.vocabulary.calibrate import main as calibrate_main
+    from vtrepro.vocabulary.command import calibrate_main
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(json.dumps({"_id": "d1", "text": "heart attack"}) + "\n")
@@ -305,7 +305,7 @@ def test_calibrate_target_beyond_the_vocabulary_is_refused(tmp_path: Path, capsy
 def test_scale_out_of_range_is_refused_before_work(tmp_path: Path, capsys) -> None:
     """--scale 1e-9 made every document {"%empty": 1} and every stage exited 0; now the parser and the spec
     schema refuse scales outside [1, 10000]."""
-    from vtrepro.encode.writer import main as encode_main
+    from vtrepro.encode.command import encode_main
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(json.dumps({"_id": "d1", "text": "heart attack"}) + "\n")
@@ -336,7 +336,7 @@ def silent_model(tmp_path_factory, splade_tiny: Path) -> Path:
 
 def test_a_corpus_left_without_terms_is_refused(silent_model: Path, tmp_path: Path, capsys) -> None:
     """Every document quantized to nothing used to be indexed as {"%empty": 1} (exit 0 at every stage)."""
-    from vtrepro.encode.writer import main as encode_main
+    from vtrepro.encode.command import encode_main
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": text}) + "\n"

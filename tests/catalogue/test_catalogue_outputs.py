@@ -31,18 +31,16 @@ from conftest import assert_one_error_line, write_mini_beir
 from helpers import write_jsonl
 from vtrepro.bench.command import main as bench_main
 from vtrepro.core.cli import Command, cli_entry
-from vtrepro.encode.writer import main as encode_main
-from vtrepro.index.lucene import main as index_main
+from vtrepro.encode.command import encode_main
+from vtrepro.index.command import main as index_main
 from vtrepro.regress.bundle import BUNDLE_FORMAT, MAX_LINE_BYTES, _line_length
-from vtrepro.regress.export import main as export_main
-from vtrepro.regress.runner import main as regress_main
+from vtrepro.regress.command import export_main
+from vtrepro.regress.command import main as regress_main
 from vtrepro.regress.spec import load_spec, record_observed
 from vtrepro.report.command import main as report_main
 from vtrepro.search.command import main as search_main
-from vtrepro.training.mlm import main as mlm_main
-from vtrepro.training.train import main as train_main
-from vtrepro.vocabulary.calibrate import main as calibrate_main
-from vtrepro.vocabulary.transfer import main as transfer_main
+from vtrepro.training.command import mlm_main, train_main
+from vtrepro.vocabulary.command import calibrate_main, transfer_main
 
 pytestmark = pytest.mark.slow  # the hostile-input catalogue (docs/security.md): the full suite runs it
 

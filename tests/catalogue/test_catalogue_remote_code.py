@@ -13,13 +13,13 @@ from test_catalogue_specs import RECIPE, SPEC, edited
 from conftest import assert_one_error_line
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.launch import Job, Shared, command_line, launch
-from vtrepro.encode.writer import build_parser as encode_parser
-from vtrepro.encode.writer import main as encode_main
+from vtrepro.encode.command import build_encode_parser as encode_parser
+from vtrepro.encode.command import encode_main
+from vtrepro.regress.command import main as regress_main
 from vtrepro.regress.conditions import ConditionRunner
 from vtrepro.regress.context import RunContext
-from vtrepro.regress.runner import main as regress_main
 from vtrepro.regress.spec import load_spec
-from vtrepro.training.train import main as train_main
+from vtrepro.training.command import train_main
 
 
 @pytest.fixture

@@ -5,14 +5,13 @@ error; numeric options fail in argparse (exit 2, no traceback); ``--help`` impor
 """
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import pytest
 
 from conftest import assert_one_error_line
 from helpers import run_module
-from vtrepro.__main__ import COMMANDS
+from vtrepro.__main__ import command_functions
 from vtrepro.core.errors import VtreproError
 from vtrepro.regress.spec import load_spec
 from vtrepro.training.recipe import load_recipe
@@ -271,7 +270,7 @@ def test_invalid_recipe_value_rejected_by_dry_run(tmp_path: Path, capsys: pytest
 def test_numeric_option_out_of_range(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
                                      module: str, args: list[str], fragment: str) -> None:
     monkeypatch.chdir(tmp_path)
-    main = importlib.import_module(COMMANDS[module]).main
+    main = command_functions(module)[0]
     with pytest.raises(SystemExit) as exited:
         main(args)
     stderr = capsys.readouterr().err

@@ -15,7 +15,7 @@ from helpers import write_sub_collection
 from vtrepro.data.beir import load_dataset
 from vtrepro.model.options import EncoderOptions
 from vtrepro.model.splade import SpladeEncoder
-from vtrepro.regress.runner import main as regress
+from vtrepro.regress.command import main as regress
 from vtrepro.vocabulary.calibrate import activity, pooled_logits
 
 pytestmark = pytest.mark.slow

@@ -13,9 +13,10 @@ from deepfocus.focus import get_overlapping_tokens
 from transformers import AutoModelForMaskedLM, AutoTokenizer, ModernBertConfig, ModernBertForMaskedLM
 
 from vtrepro.core.checkpoints import save_checkpoint
+from vtrepro.vocabulary.command import transfer_main as main
 from vtrepro.vocabulary.gpt2 import write_round_trip_source
 from vtrepro.vocabulary.presets import AUTHORS_CONFIG_TOKENS
-from vtrepro.vocabulary.transfer import TRANSFER_REPORT, main
+from vtrepro.vocabulary.transfer import TRANSFER_REPORT
 
 pytestmark = pytest.mark.slow  # three real transfers of a 50k-token vocabulary, each checked against the reference
 

@@ -20,7 +20,7 @@ from vtrepro.core.anserini import RELEASES, anserini_jar, installed_release
 from vtrepro.core.cli import cli_entry
 from vtrepro.core.java import find_java_home
 from vtrepro.index.prebuilt import HEADER_NAME, checksum_paths
-from vtrepro.regress.export import main as export_main
+from vtrepro.regress.command import export_main
 from vtrepro.regress.readme import anserini_command
 from vtrepro.search.command import main as search_main
 
@@ -159,7 +159,7 @@ def test_regress_takes_a_prebuilt_index_in_place_of_encoding_and_every_figure_is
     """Three documents: record a spec, export its index, rerun regress from the tarball and from the folder:
     vectors read back from the postings and topics have the pinned fingerprints, so every row is fixed and OK."""
     from conftest import record_mini_spec
-    from vtrepro.regress.runner import main as regress_main
+    from vtrepro.regress.command import main as regress_main
 
     regress = cli_entry(regress_main)
     spec, data, runs = record_mini_spec(tmp_path, splade_tiny)

@@ -10,7 +10,7 @@ import yaml
 
 from helpers import run_command
 from vtrepro.core.shipped import SHIPPED_DIR
-from vtrepro.regress.runner import main as regress
+from vtrepro.regress.command import main as regress
 
 pytestmark = pytest.mark.slow
 

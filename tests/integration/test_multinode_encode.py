@@ -7,8 +7,8 @@ import pytest
 from multinode import run_two_agents
 
 from helpers import REPO_ROOT
+from vtrepro.encode.command import encode_main as encode
 from vtrepro.encode.fingerprint import fingerprint_folder
-from vtrepro.encode.writer import main as encode
 
 pytestmark = pytest.mark.slow
 DOCUMENTS, SHARD = 160, 40  # 4 shards of whole sort windows: node 0 encodes 0 and 2, node 1 encodes 1 and 3

@@ -12,7 +12,7 @@ import torch
 from transformers import AutoTokenizer, ModernBertConfig, ModernBertForMaskedLM
 
 from vtrepro.core.checkpoints import save_checkpoint
-from vtrepro.regress.runner import main as regress
+from vtrepro.regress.command import main as regress
 from vtrepro.vocabulary.gpt2 import write_round_trip_source
 
 pytestmark = pytest.mark.slow

@@ -14,6 +14,7 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.encode.reader import read_query_vectors
 from vtrepro.encode.vectors import escape_term
 from vtrepro.index.lucene import build_impact_index, build_pretokenized_bm25_index
+from vtrepro.search.command import pyserini_main
 from vtrepro.search.lucene import search_impact, search_pretokenized_bm25
 from vtrepro.search.pyserini import (
     OPENAI_KEY_VARIABLE,
@@ -24,7 +25,6 @@ from vtrepro.search.pyserini import (
     placeholder_openai_key,
     start_pyserini,
 )
-from vtrepro.search.pyserini_command import main as pyserini_main
 from vtrepro.search.runs import read_trec_run
 
 K = 1000  # the regression's k

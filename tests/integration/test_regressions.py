@@ -5,7 +5,7 @@ import pytest
 
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import read_query_vectors
-from vtrepro.regress.runner import main as regress
+from vtrepro.regress.command import main as regress
 from vtrepro.regress.spec import REGRESSIONS_DIR
 from vtrepro.search.runs import read_trec_run
 
@@ -35,7 +35,7 @@ def test_splade_tiny_matches_its_pinned_scores(splade_tiny_run):
 
 def test_an_exported_bundle_reproduces_every_figure_exactly(splade_tiny_run, tmp_path):
     """The encoded vectors travel as a checksummed bundle; from them every figure is reproduced exactly."""
-    from vtrepro.regress.export import main as export
+    from vtrepro.regress.command import export_main as export
 
     args, out_dir, _ = splade_tiny_run
     bundle = tmp_path / "splade_tiny.tar"

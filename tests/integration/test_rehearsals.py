@@ -15,10 +15,10 @@ import pytest
 
 from helpers import run_command
 from vtrepro.core.shipped import RECIPES_DIR, SHIPPED_DIR
-from vtrepro.regress.runner import main as regress
+from vtrepro.regress.command import main as regress
 from vtrepro.regress.spec import load_spec
+from vtrepro.training.command import train_main as train
 from vtrepro.training.rehearsal import REHEARSAL_NAME
-from vtrepro.training.train import main as train
 
 pytestmark = pytest.mark.slow
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from vtrepro.encode.vectors import Quantization, escaped_vocabulary, to_impact_vector
+from vtrepro.model.command import export_model_main
 from vtrepro.model.idf import IdfQueryEncoder
-from vtrepro.regress import model_export
-from vtrepro.regress.export import build_parser as export_parser
+from vtrepro.regress.command import build_export_parser as export_parser
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ QUERIES = 40
 
 
 def export(argv: list[str]) -> int:
-    return model_export.run(export_parser().parse_args(["model", *argv]))
+    return export_model_main(export_parser().parse_args(["model", *argv]))
 
 
 def card_code(folder: Path) -> dict:

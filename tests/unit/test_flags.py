@@ -9,21 +9,21 @@ import pytest
 from helpers import REPO_ROOT, run_command, write_vectors
 from vtrepro.bench.command import build_parser as bench_parser
 from vtrepro.core.cli import add_path, add_renamed, command_parser
-from vtrepro.encode.fingerprint import build_parser as fingerprint_parser
-from vtrepro.encode.fingerprint import main as fingerprint
-from vtrepro.evaluate.trec import build_parser as evaluate_parser
+from vtrepro.encode.command import build_fingerprint_parser as fingerprint_parser
+from vtrepro.encode.command import fingerprint_main as fingerprint
+from vtrepro.evaluate.command import build_parser as evaluate_parser
 from vtrepro.flags import RETIRED, all_flags, command_flags, command_parsers, conflicts, markdown, shared
-from vtrepro.index.lucene import build_parser as index_parser
-from vtrepro.regress.export import build_parser as export_parser
-from vtrepro.regress.export import main as export
-from vtrepro.regress.runner import build_parser as regress_parser
+from vtrepro.index.command import build_parser as index_parser
+from vtrepro.regress.command import build_export_parser as export_parser
+from vtrepro.regress.command import build_parser as regress_parser
+from vtrepro.regress.command import export_main as export
 from vtrepro.report.command import build_parser as report_parser
 from vtrepro.report.command import main as report
 from vtrepro.search.command import main as search
-from vtrepro.training.mlm import build_parser as mlm_parser
-from vtrepro.training.train import build_parser as train_parser
-from vtrepro.vocabulary.calibrate import build_parser as calibrate_parser
-from vtrepro.vocabulary.transfer import build_parser as transfer_parser
+from vtrepro.training.command import build_mlm_parser as mlm_parser
+from vtrepro.training.command import build_train_parser as train_parser
+from vtrepro.vocabulary.command import build_calibrate_parser as calibrate_parser
+from vtrepro.vocabulary.command import build_transfer_parser as transfer_parser
 
 
 def test_every_command_and_subcommand_has_a_parser():

@@ -19,9 +19,12 @@ PACKAGE_ROOT = REPO_ROOT / "vtrepro"
 LAYERS = ("core", "data", "model", "vocabulary", "encode", "index", "search", "evaluate", "training", "gap", "report",
           "regress", "bench")
 """The subpackages from the bottom up: a module may import its own layer and those below it. Above them all is
-the entry point: the top-level modules (``vtrepro`` itself, the public API; ``vtrepro.__main__``, the command
-table; any other ``vtrepro/<name>.py``), which nothing in a layer may import."""
-ENTRY_POINT = len(LAYERS)
+the command layer (every stage's ``command.py``: the parsers and ``main``s, which may call any stage, and which
+no stage's module may import), and above it the entry point: the top-level modules (``vtrepro`` itself, the
+public API; ``vtrepro.__main__``, the command table; any other ``vtrepro/<name>.py``), which nothing in a layer
+may import."""
+COMMAND_LAYER = len(LAYERS)
+ENTRY_POINT = COMMAND_LAYER + 1
 MAX_MODULE_LINES = 600
 
 
@@ -75,6 +78,7 @@ def imports_by_name(tree: ast.Module, modules: dict[str, Path]) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
             for word in node.value.split():
+                word = word.partition(":")[0]  # the command table's "stage.command:name": the module stage.command
                 if word.startswith("vtrepro."):
                     found.add(word)
                 elif prefixed and ("." in word or modules.get(f"vtrepro.{word}", Path()).name == "__init__.py"):
@@ -131,6 +135,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def layer(module: str) -> int:
     """The layer of ``vtrepro.<layer>...``; :data:`ENTRY_POINT` for the top-level modules."""
     parts = module.split(".")
+    if len(parts) == 3 and parts[1] in LAYERS and parts[2] == "command":
+        return COMMAND_LAYER
     return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else ENTRY_POINT
 
 
@@ -188,9 +194,9 @@ def test_the_graph_reader_sees_deferred_relative_and_named_imports(tmp_path):
 def test_the_command_table_and_the_api_are_read_as_imports():
     """``vtrepro/__main__.py`` imports every command's module by name, ``vtrepro/__init__.py`` every public name's."""
     graph = import_graph()
-    assert {"vtrepro.search.command", "vtrepro.regress.runner", "vtrepro.training.train"} <= graph["vtrepro.__main__"]
+    assert {"vtrepro.search.command", "vtrepro.regress.command", "vtrepro.training.command"} <= graph["vtrepro.__main__"]
     assert {"vtrepro.data.beir", "vtrepro.regress.spec"} <= graph["vtrepro"]
-    assert "vtrepro.regress.model_export" in graph["vtrepro.regress.export"]
+    assert "vtrepro.regress.model_export" in graph["vtrepro.model.command"]
 
 
 MAX_PARAMETERS = 8

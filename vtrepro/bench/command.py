@@ -20,11 +20,18 @@ import argparse
 import os
 from pathlib import Path
 
+from vtrepro.bench import gpu_check
+from vtrepro.bench.gpu_check import CPU_CHECK, GPU_CHECK, Check, run_check
 from vtrepro.core.cli import (
     DEFAULT_THREADS,
     add_data_dir,
+    add_dataset,
     add_device,
+    add_k,
     add_limit,
+    add_model_dir,
+    add_option_flags,
+    add_output_file,
     add_output_folder,
     add_path,
     add_renamed,
@@ -33,13 +40,14 @@ from vtrepro.core.cli import (
     add_vectors,
     cli_entry,
     command_parser,
+    options_from_args,
     positive_int,
 )
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.model.options import EncoderOptions
-from vtrepro.search.runs import ENGINES, add_k
+from vtrepro.search.runs import ENGINES, SearchOptions
 
 # Each benchmark's module is imported once it is chosen, on purpose: torch, transformers, Anserini and
 # PISA load only for the benchmark that needs them, and `--help` and argument errors stay fast.
@@ -51,9 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     encode = commands.add_parser("encode", help="document encoding throughput vs sentence-transformers SparseEncoder")
     encode.add_argument("--model", help="model folder (default: $VTREPRO_MODELS/splade-tiny)")
     add_data_dir(encode)
-    encode.add_argument("--dataset", default="scifact", help="BEIR dataset name or folder (default scifact)")
+    add_dataset(encode, default="scifact", help="BEIR dataset name or folder (default scifact)")
     add_limit(encode, "documents", default=ENCODE_DOCUMENTS)
-    EncoderOptions.add_arguments(encode, ["batch_size", "max_length_doc", "dtype", "projection"])
+    add_option_flags(encode, EncoderOptions, ["batch_size", "max_length_doc", "dtype", "projection"])
     add_renamed(encode, "--max-length", "--max-length-doc")
     add_renamed(encode, "--screen", "--projection", values=OLD_SCREENS)
     encode.add_argument("--repeat", type=positive_int, default=1,
@@ -63,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     search = commands.add_parser("search", help="Lucene vs PISA search on the same vectors: speed and identical runs")
     add_vectors(search, "encoded corpus or JsonVectorCollection folder", required=True)
     add_path(search, "--queries", "input file", required=True, help="encoded queries.jsonl ({id, vector})")
-    add_k(search)
+    add_k(search, SearchOptions)
     add_threads(search, "threads of the many-thread runs")
     add_path(search, "--index-dir", "root",
              help="folder keeping both indexes (lucene/, pisa/), reused while they hold these vectors "
@@ -88,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     base_size.add_argument("--model", help="model folder whose BERT-uncased tokenizer is used "
                                            "(default: $VTREPRO_MODELS/splade-tiny)")
     add_data_dir(base_size)
-    base_size.add_argument("--dataset", default="scifact", help="BEIR dataset name or folder (default scifact)")
+    add_dataset(base_size, default="scifact", help="BEIR dataset name or folder (default scifact)")
     add_limit(base_size, "documents", default=BASE_SIZE_DOCUMENTS)
     add_renamed(base_size, "--documents", "--limit")
     add_threads(base_size, "torch threads")
@@ -124,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     from vtrepro.bench.encode import EncodeBench, bench_encode
 
     return bench_encode(EncodeBench(_default_model(args.model), args.dataset, args.data_dir, args.limit,
-                                    EncoderOptions.from_args(args), args.repeat, args.device, args.trust_remote_code))
+                                    options_from_args(EncoderOptions, args), args.repeat, args.device, args.trust_remote_code))
 
 
 ENCODE_DOCUMENTS = 500
@@ -186,3 +194,34 @@ def _default_model(model: str | None) -> str:
         raise VtreproError("no model: pass --model or set VTREPRO_MODELS to a folder holding splade-tiny")
     return str(Path(models) / "splade-tiny")
 
+
+def build_gpu_check_parser() -> argparse.ArgumentParser:
+    parser = command_parser("bench gpu-check", gpu_check.__doc__)
+    parser.add_argument("--cpu", action="store_true", help="the same parts at a tiny size on the CPU (a test runs it)")
+    parser.add_argument("--model", metavar="MODEL", help="SPLADE model folder (default: splade-tiny under --model-dir)")
+    add_model_dir(parser)
+    add_data_dir(parser)
+    add_output_file(parser, "figures file (default runs/gpu-check/figures.md, runs/cpu-check/figures.md with --cpu); "
+                            "work files go beside it", required=False)
+    return parser
+
+
+@cli_entry
+def gpu_check_main(argv: list[str] | None = None) -> int:
+    parser = build_gpu_check_parser()
+    args = parser.parse_args(argv)
+    size = CPU_CHECK if args.cpu else GPU_CHECK
+    if not args.cpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("no CUDA device: this check is for a GPU (--cpu runs it at a tiny size on the CPU)")
+    models = args.model_dir or os.environ.get("VTREPRO_MODELS")
+    model = args.model or (Path(models) / "splade-tiny" if models else None)
+    if model is None:
+        parser.error("no model: pass --model or --model-dir, or set VTREPRO_MODELS to a folder holding splade-tiny")
+    output = args.output or Path("runs") / ("cpu-check" if args.cpu else "gpu-check") / "figures.md"
+    check_output(output, [model, args.data_dir])
+    work = output.with_name(output.stem + ".work")
+    check_output(work, [model, args.data_dir], kind="folder")
+    return run_check(Check(size, Path(model).resolve(), args.data_dir, output, work))

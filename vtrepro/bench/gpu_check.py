@@ -18,7 +18,6 @@ run stopped at its time limit keeps what it measured. Exit status 1 when a part 
 """
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -31,9 +30,8 @@ from typing import Callable
 
 from vtrepro.bench.machine import machine_line
 from vtrepro.bench.paper_smoke import CPU_SMOKE, GPU_SMOKE, SmokeSize, run_smoke
-from vtrepro.core.cli import add_data_dir, add_model_dir, add_output_file, cli_entry, command_parser
 from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK
-from vtrepro.core.io import atomic_write, check_output
+from vtrepro.core.io import atomic_write
 from vtrepro.core.launch import Job, Mode, command_line
 from vtrepro.encode.folder import EncodedFolder
 
@@ -245,39 +243,3 @@ def run_check(check: Check) -> int:
             handle.write(figures.markdown())
     print(figures.markdown())
     return EXIT_MISMATCH if figures.failures else EXIT_OK
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = command_parser("bench gpu-check", __doc__)
-    parser.add_argument("--cpu", action="store_true", help="the same parts at a tiny size on the CPU (a test runs it)")
-    parser.add_argument("--model", metavar="MODEL", help="SPLADE model folder (default: splade-tiny under --model-dir)")
-    add_model_dir(parser)
-    add_data_dir(parser)
-    add_output_file(parser, "figures file (default runs/gpu-check/figures.md, runs/cpu-check/figures.md with --cpu); "
-                            "work files go beside it", required=False)
-    return parser
-
-
-@cli_entry
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    size = CPU_CHECK if args.cpu else GPU_CHECK
-    if not args.cpu:
-        import torch
-
-        if not torch.cuda.is_available():
-            parser.error("no CUDA device: this check is for a GPU (--cpu runs it at a tiny size on the CPU)")
-    models = args.model_dir or os.environ.get("VTREPRO_MODELS")
-    model = args.model or (Path(models) / "splade-tiny" if models else None)
-    if model is None:
-        parser.error("no model: pass --model or --model-dir, or set VTREPRO_MODELS to a folder holding splade-tiny")
-    output = args.output or Path("runs") / ("cpu-check" if args.cpu else "gpu-check") / "figures.md"
-    check_output(output, [model, args.data_dir])
-    work = output.with_name(output.stem + ".work")
-    check_output(work, [model, args.data_dir], kind="folder")
-    return run_check(Check(size, Path(model).resolve(), args.data_dir, output, work))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

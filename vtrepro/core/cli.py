@@ -16,12 +16,16 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, TypeVar
 
 from vtrepro.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, VtreproError
 from vtrepro.core.log import command_level, command_logging
 from vtrepro.core.schema import REQUIRED, Field, bounds_text, within
 
+if TYPE_CHECKING:
+    from vtrepro.core.options import Options
+
+OptionsT = TypeVar("OptionsT", bound="Options")
 logger = logging.getLogger(__name__)
 
 _GLOBAL_FLAGS = ("--verbose", "--quiet", "--debug")
@@ -69,7 +73,7 @@ def add_model_dir(parser: argparse._ActionsContainer) -> None:
 def add_text_source(parser: argparse.ArgumentParser, texts: str) -> None:
     """``--dataset NAME | --corpus FILE`` (one required): where ``texts`` come from (see :mod:`vtrepro.data.texts`)."""
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--dataset", help=f"BEIR dataset name or folder whose corpus gives {texts}")
+    add_dataset(source, help=f"BEIR dataset name or folder whose corpus gives {texts}")
     add_path(source, "--corpus", "input file",
              help="corpus file: JSONL ('text' or 'contents', optional 'title') or id<TAB>text TSV")
 
@@ -415,3 +419,46 @@ def add_options(parser: argparse._ActionsContainer, schema: dict[str, Field], na
                                 required=field.default is REQUIRED, help=shown)
         else:
             raise TypeError(f"{name}: a {field.kind} field has no command-line form")
+
+
+def add_option_flags(parser: argparse._ActionsContainer, options: type[Options],
+                     names: Sequence[str] | None = None) -> None:
+    """One ``--flag-name`` per option of ``options`` (or per one of ``names``), typed, bounded and documented."""
+    add_options(parser, options.schema(), names)
+
+
+def options_from_args(options: type[OptionsT], args: argparse.Namespace, **given: Any) -> OptionsT:
+    """The ``options`` parsed by :func:`add_option_flags` (those it did not add keep their defaults or ``given``)."""
+    parsed = {name: getattr(args, name) for name in options.schema() if hasattr(args, name)}
+    return options(**{**given, **parsed})
+
+
+def add_k(parser: argparse._ActionsContainer, options: type[Options]) -> None:
+    """``--k``: hits per query, as ``options`` (the search options) declare it."""
+    add_option_flags(parser, options, ["k"])
+
+
+def add_dataset(parser: argparse._ActionsContainer, help: str, default: str | None = None) -> None:
+    """``--dataset NAME``: one BEIR dataset, by name or folder (``help`` says what the command reads of it)."""
+    parser.add_argument("--dataset", default=default, help=help)
+
+
+def add_dry_run(parser: argparse._ActionsContainer, help: str) -> None:
+    """``--dry-run``: validate, print the plan and its cost, run nothing (``help`` names what is validated)."""
+    parser.add_argument("--dry-run", action="store_true", help=help)
+
+
+def add_rehearse(parser: argparse._ActionsContainer, help: str) -> None:
+    """``--rehearse``: run at miniature size on stand-in models and data (``help`` says what runs)."""
+    parser.add_argument("--rehearse", action="store_true", help=help)
+
+
+def subcommand_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """Subcommand name -> its parser, for a parser with subcommands (``bench``, ``export``); else empty."""
+    return {name: subparser for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+            for name, subparser in action.choices.items()}
+
+
+def is_negatable(action: argparse.Action) -> bool:
+    """Whether a flag has a ``--no-`` form (:func:`add_options` gives one to a switch on by default)."""
+    return isinstance(action, argparse.BooleanOptionalAction)

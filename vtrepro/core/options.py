@@ -4,8 +4,9 @@ One declaration gives an option its type, default, bounds, choices and help, and
 
 - a spec's or recipe's YAML mapping (:meth:`Options.read`, file:line errors through a
   :class:`~vtrepro.core.schema.Checker`),
-- a command line (:meth:`Options.add_arguments` and :meth:`Options.from_args`),
-- a subprocess's command line (:meth:`Options.to_argv`, which :meth:`Options.from_args` reads back),
+- a command line (:func:`vtrepro.core.cli.add_option_flags` and :func:`vtrepro.core.cli.options_from_args`, called
+  by the command modules alone: nothing here knows argparse),
+- a subprocess's command line (:meth:`Options.to_argv`, which :func:`~vtrepro.core.cli.options_from_args` reads back),
 - Python (the constructor, which checks every value against its field, so an object that exists is valid).
 
 Example (:class:`vtrepro.encode.shards.ShardOptions`)::
@@ -15,7 +16,7 @@ Example (:class:`vtrepro.encode.shards.ShardOptions`)::
         shard_size: int = option(Field(int, 2000, minimum=1, help="documents per shard"))
 
     ShardOptions.read(checker, spec, "shards", "shards")   # from YAML
-    ShardOptions.from_args(parser.parse_args(argv))        # from --shard-size
+    options_from_args(ShardOptions, parser.parse_args(argv))  # from --shard-size (a command module)
     ShardOptions(shard_size=500).to_argv()                 # ['--shard-size', '500']
 
 Old spellings stay readable: a subclass maps them in ``RENAMED`` (key -> new key) and ``RENAMED_VALUES``
@@ -30,13 +31,11 @@ creation and, from YAML, at the line of the key it names.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any, ClassVar, Sequence, TypeVar
 
-from vtrepro.core.cli import add_options
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.schema import REQUIRED, Checker, Field, is_boolean, within
 
@@ -138,19 +137,9 @@ class Options:
                 raise check.fail(node, error.key, message) from None
             raise check.fail(parent, key, message) from None
 
-    @classmethod
-    def add_arguments(cls, parser: argparse._ActionsContainer, names: Sequence[str] | None = None) -> None:
-        """One ``--flag-name`` per option (or per one of ``names``), typed, bounded and documented."""
-        add_options(parser, cls.schema(), names)
-
-    @classmethod
-    def from_args(cls: type[OptionsT], args: argparse.Namespace, **given: Any) -> OptionsT:
-        """The options parsed by :meth:`add_arguments` (those it did not add keep their defaults or ``given``)."""
-        parsed = {name: getattr(args, name) for name in cls.schema() if hasattr(args, name)}
-        return cls(**{**given, **parsed})
-
     def to_argv(self, names: Sequence[str] | None = None) -> list[str]:
-        """The command line that :meth:`from_args` reads back as these options (every option, or ``names``)."""
+        """The command line that :func:`~vtrepro.core.cli.options_from_args` reads back as these options (every option,
+        or ``names``)."""
         argv: list[str] = []
         for name in self.schema() if names is None else names:
             value = getattr(self, name)

@@ -11,17 +11,15 @@ JSON-vector folder or file, e.g. ``queries.jsonl``) and, given B, how B's vector
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from vtrepro.core.cli import add_reference_vectors, add_vectors, cli_entry, command_parser, positional_fallback
 from vtrepro.core.errors import VtreproError
 from vtrepro.encode.folder import EncodedFolder
-from vtrepro.encode.reader import Vector, load_vectors, read_vectors, vector_files
+from vtrepro.encode.reader import Vector, read_vectors, vector_files
 
 FINGERPRINT_VERSION = b"vtrepro.vectors/1\n"
 
@@ -148,29 +146,3 @@ def _files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
     return vector_files(EncodedFolder(path).vectors_or_root)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = command_parser("fingerprint", __doc__)
-    add_vectors(parser, "encoded corpus folder, JSON-vector folder, or vector file (e.g. queries.jsonl)")
-    add_reference_vectors(parser, "a second one: count the records and impacts that differ from --vectors")
-    parser.add_argument("paths", type=Path, nargs="*", help=argparse.SUPPRESS)  # the old positional spelling
-    return parser
-
-
-@cli_entry
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    positional_fallback(parser, args, "paths", ["--vectors", "--reference-vectors"])
-    if args.vectors is None:
-        parser.error("--vectors is required")
-    first = fingerprint_files(_files(args.vectors), allow_empty=True)
-    print(f"{first.sha256}  {first.count} records, total impact {first.total_impact}  {args.vectors}")
-    if args.reference_vectors is None:
-        return 0
-    second = fingerprint_files(_files(args.reference_vectors), allow_empty=True)
-    print(f"{second.sha256}  {second.count} records, total impact {second.total_impact}  {args.reference_vectors}")
-    diff = compare_vectors(load_vectors(_files(args.vectors), True), load_vectors(_files(args.reference_vectors), True))
-    print(json.dumps({"identical": diff.identical, **diff.__dict__}))
-    return 0

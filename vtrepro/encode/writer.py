@@ -16,34 +16,17 @@ report progress per batch.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import logging
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from vtrepro.core.cli import (
-    add_data_dir,
-    add_device,
-    add_model,
-    add_model_dir,
-    add_output_folder,
-    add_path,
-    add_split,
-    add_text_source,
-    add_trust_remote_code,
-    cli_entry,
-    command_parser,
-)
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import check_output
 from vtrepro.core.processes import ProcessGroup, local_gpu, world_size
 from vtrepro.core.progress import Progress
-from vtrepro.data.beir import load_dataset, read_corpus, read_queries
 from vtrepro.encode.folder import EncodedFolder, check_encode_output
 from vtrepro.encode.manifest import corpus_fingerprint, manifest_shards, settings_digest, write_manifest
-from vtrepro.encode.queries import encode_queries
 from vtrepro.encode.reader import read_vectors, vector_files
 from vtrepro.encode.shards import (
     AlignedWindows,
@@ -57,7 +40,6 @@ from vtrepro.encode.shards import (
 )
 from vtrepro.encode.vectors import EMPTY_DOCUMENT_TERM, Quantization, escaped_vocabulary
 from vtrepro.model.identity import model_fingerprint
-from vtrepro.model.loading import find_model, resolve_model
 from vtrepro.model.options import EncoderOptions
 
 logger = logging.getLogger(__name__)
@@ -160,56 +142,3 @@ def _start_processes(device: str | None) -> tuple[ProcessGroup, str | None]:
     if device is None and world_size() > 1:
         device = local_gpu()
     return ProcessGroup.join(device), device
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The encode command's arguments: the encoder's and quantization's options come from their declarations."""
-    parser = command_parser("encode", __doc__)
-    add_model(parser, "masked-LM SPLADE model")
-    add_model_dir(parser)
-    add_text_source(parser, "the documents (with --dataset, also the queries of --split)")
-    add_path(parser, "--queries", "input file", help="queries JSONL ({_id|id, text}) to encode with --corpus")
-    add_data_dir(parser)
-    add_split(parser, "queries encoded with --dataset")
-    add_output_folder(parser, "encoded corpus folder")
-    EncoderOptions.add_arguments(parser)
-    Quantization.add_arguments(parser)
-    ShardOptions.add_arguments(parser)
-    add_device(parser, "; under torchrun, each process its LOCAL_RANK's GPU")
-    add_trust_remote_code(parser)
-    return parser
-
-
-@cli_entry
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-
-    if args.queries and not args.corpus:
-        parser.error("--queries goes with --corpus (--dataset encodes the queries of --split)")
-    check_encode_output(args.output, [args.corpus, args.queries, resolve_model(args.model, args.model_dir)])
-    find_model(args.model, args.model_dir)
-
-    from vtrepro.model.splade import SpladeEncoder, check_device
-
-    check_device(args.device)
-    quantization = Quantization.from_args(args)
-    if args.dataset:
-        dataset = load_dataset(args.dataset, args.data_dir)
-        check_output(args.output, [dataset.path], kind="folder")  # a dataset name is a folder only now
-        documents, queries = dataset.corpus(), dataset.queries(args.split)
-    else:
-        documents = read_corpus(args.corpus)
-        queries = read_queries(args.queries) if args.queries else {}
-    part, device = _start_processes(args.device)
-    encoder = SpladeEncoder(args.model, EncoderOptions.from_args(args), model_dir=args.model_dir, device=device,
-                            trust_remote_code=args.trust_remote_code)
-    manifest = encode_corpus(encoder, documents, args.output, quantization, ShardOptions.from_args(args).shard_size,
-                             part=part)
-    part.close()
-    if manifest is None:  # another process of a torchrun job: rank 0 merged the shards
-        return 0
-    if queries:
-        encode_queries(encoder, queries, EncodedFolder(args.output).queries, quantization)
-    print(f"{manifest['documents']} documents, {manifest['total_terms']} impact total, {len(queries)} queries -> {args.output}")
-    return 0

@@ -7,23 +7,10 @@ how Pyserini's published BEIR figures are computed.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import re
-import sys
 
-from vtrepro.core.cli import (
-    add_data_dir,
-    add_metrics,
-    add_path,
-    add_renamed,
-    add_split,
-    cli_entry,
-    command_parser,
-)
 from vtrepro.core.errors import VtreproError
-from vtrepro.data.beir import load_dataset, read_qrels
-from vtrepro.search.runs import Run, read_trec_run
+from vtrepro.search.runs import Run
 
 # scipy is imported only for significance tests, on purpose: scoring a run does not need it. pytrec_eval (which
 # imports numpy) and numpy are imported where runs are scored and compared: every command's `--help` stays fast.
@@ -145,38 +132,3 @@ def paired_comparison(ours: dict[str, float], theirs: dict[str, float], samples:
         "wins": int(np.sum(difference > 0)), "losses": int(np.sum(difference < 0)), "ties": int(np.sum(difference == 0)),
         "p_t_test": round(p_t, 4), "p_randomization": round(p_randomization, 4),
     }
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = command_parser("evaluate", __doc__)
-    add_path(parser, "--run", "input file", required=True, help="TREC run file")
-    judgements = parser.add_mutually_exclusive_group(required=True)
-    add_path(judgements, "--qrels", "input file", help="qrels file (BEIR TSV with header, or TREC 4-column)")
-    judgements.add_argument("--dataset", help="BEIR dataset name or folder; uses its qrels/<split>.tsv")
-    add_split(parser, "qrels used with --dataset")
-    add_data_dir(parser)
-    add_metrics(parser, DEFAULT_METRICS)
-    add_path(parser, "--baseline-run", "input file",
-             help="second TREC run: compare per query (difference, wins/losses, paired t-test and "
-                  "randomization-test p-values)")
-    add_renamed(parser, "--baseline", "--baseline-run")
-    return parser
-
-
-@cli_entry
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    metrics = tuple(args.metrics.split(","))
-    for metric in metrics:
-        parse_metric(metric)
-
-    if args.qrels:
-        qrels = read_qrels(args.qrels)
-    else:
-        qrels = load_dataset(args.dataset, args.data_dir).qrels(args.split)
-    if args.baseline_run:
-        json.dump(compare_runs(read_trec_run(args.run), read_trec_run(args.baseline_run), qrels, metrics), sys.stdout, indent=2)
-    else:
-        json.dump(evaluate_run(read_trec_run(args.run), qrels, metrics), sys.stdout, indent=2)
-    print()
-    return 0

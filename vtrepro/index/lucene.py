@@ -6,7 +6,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import errno
 import glob
@@ -21,14 +20,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from vtrepro.core.anserini import newer_lucene_fix
-from vtrepro.core.cli import DEFAULT_THREADS, add_output_folder, add_renamed, add_threads, add_vectors, cli_entry, command_parser
+from vtrepro.core.cli import DEFAULT_THREADS
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_folder_files, check_output, process_alive
 from vtrepro.core.java import describe_causes, java_class, java_errors, java_path, logged_java_errors, start_jvm
 from vtrepro.core.log import verbose
 from vtrepro.core.progress import Progress
 from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files
-from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import count_full_read, vector_files
 from vtrepro.index.parts import POLL_S, in_processes, split_files
 
@@ -525,47 +523,3 @@ def check_against_manifest(stats: dict[str, int], manifest: dict) -> None:
                 f"found {key}={stats[key]} but the encoded corpus manifest says {value}: "
                 "the vectors folder changed since encoding; re-encode"
             )
-
-
-ENGINES = ("lucene", "pisa")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = command_parser("index", __doc__)
-    add_vectors(parser, "encoded corpus folder (with manifest.json) or a folder of JsonVectorCollection *.jsonl",
-                required=True)
-    add_output_folder(parser, "index folder", rule="an existing index of the same engine is replaced once the new "
-                                                   "one is complete")
-    add_renamed(parser, "--index", "--output")
-    parser.add_argument("--engine", choices=ENGINES, default="lucene",
-                        help="lucene: an Anserini impact index (default); pisa: a PISA index, kept when it already "
-                             "holds these vectors")
-    add_threads(parser, "indexing threads: Lucene impact and PISA indexes run one process per part of the vector files")
-    return parser
-
-
-@cli_entry
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    encoded = EncodedFolder(args.vectors)
-    if args.engine == "pisa":
-        from vtrepro.index.pisa import ensure_pisa_index
-
-        check_output(args.output, [encoded.collection], kind="folder")
-        meta, seconds = ensure_pisa_index(encoded.collection, args.output, args.threads)
-        print(json.dumps({**meta, "built_seconds": seconds}))
-        return 0
-    check_index_target(args.output)
-    check_output(args.output, [encoded.collection, encoded.manifest_path], kind="folder")
-    check_output(args.output.parent, kind="folder")  # the build works beside the index
-    manifest = encoded.load_manifest()
-    folder = encoded.collection
-    summary = fingerprint_files(vector_files(folder))
-    if manifest is not None:
-        if not manifest.get("complete"):
-            raise VtreproError(f"{encoded.manifest_path}: the encoding is not finished; "
-                               "rerun the same 'python -m vtrepro encode' command to complete it")
-        check_against_manifest({"documents": summary.count, "total_terms": summary.total_impact}, manifest)
-    stats = build_impact_index(folder, args.output, args.threads, expected=summary)
-    print(json.dumps(stats))
-    return 0

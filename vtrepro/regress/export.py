@@ -18,8 +18,6 @@ it. ``search --index X.tar.gz`` and ``regress --vectors X.tar.gz`` (or the folde
 """
 from __future__ import annotations
 
-import argparse
-import importlib
 import logging
 import os
 import re
@@ -27,95 +25,22 @@ from pathlib import Path
 from typing import Any
 
 from vtrepro.core.anserini import anserini_version, pyserini_version
-from vtrepro.core.cli import (
-    add_data_dir,
-    add_datasets,
-    add_model,
-    add_model_dir,
-    add_output_file,
-    add_output_folder,
-    add_path,
-    add_runs,
-    add_spec,
-    add_trust_remote_code,
-    cli_entry,
-    command_parser,
-    number_in,
-)
 from vtrepro.core.errors import EXIT_OK, VtreproError
 from vtrepro.core.io import JSON_FILE_BYTES, check_output, read_json_file, write_json
 from vtrepro.core.java import start_jvm
-from vtrepro.core.schema import MAX_TEXT_TOKENS
 from vtrepro.data.beir import load_dataset
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import read_query_vectors
 from vtrepro.index.lucene import index_stats, lucene_version
 from vtrepro.index.prebuilt import METADATA_NAME, PrebuiltRun, tarball_name, write_prebuilt
-from vtrepro.model.options import IDF_NAME, EncoderOptions
 from vtrepro.regress.bundle import checksum_path, write_bundle
 from vtrepro.regress.readme import ESCAPING, prebuilt_readme
 from vtrepro.regress.report import environment
 from vtrepro.regress.runner import selected_runs
 from vtrepro.regress.spec import Condition, DatasetRun, Spec, load_spec
 
-SUBCOMMANDS = {
-    "vectors": "bundle a spec's encoded vectors with their fingerprints",
-    "index": "prebuilt Lucene impact indexes (.tar.gz) with topics, qrels and a README, per run",
-    "model": "a sentence-transformers SparseEncoder folder with a model card",
-}
 logger = logging.getLogger(__name__)
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """``export`` and its subcommands' arguments."""
-    parser = command_parser("export", __doc__)
-    subcommands = parser.add_subparsers(dest="command", required=True, metavar="{vectors,index,model}")
-    vectors = subcommands.add_parser("vectors", help=SUBCOMMANDS["vectors"], description=SUBCOMMANDS["vectors"])
-    index = subcommands.add_parser("index", help=SUBCOMMANDS["index"], description=SUBCOMMANDS["index"])
-    for subcommand in (vectors, index):
-        add_spec(subcommand)
-        add_runs(subcommand, "the --runs folder regress used")
-        add_datasets(subcommand)
-    add_output_file(vectors, "bundle file to write (.tar); <output>.sha256 beside it")
-    add_data_dir(index)
-    add_output_folder(index, f"folder for the .tar.gz files, their .sha256 and .md5, and {METADATA_NAME}",
-                      rule=f"an earlier export's {METADATA_NAME} there is added to")
-    model = subcommands.add_parser("model", help=SUBCOMMANDS["model"], description=SUBCOMMANDS["model"])
-    _add_model_arguments(model)
-    return parser
-
-
-def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``export model`` (:mod:`vtrepro.regress.model_export`, imported when it runs: it loads torch)."""
-    add_model(parser, "masked-LM SPLADE model to export")
-    add_model_dir(parser)
-    add_output_folder(parser, old_spelling=True)
-    add_spec(parser, required=False, what=": lengths, quantization and pinned figures of its condition for this "
-                                          "model go into the folder and its card")
-    parser.add_argument("--condition", help="the spec's condition for this model (default: the one impact condition "
-                                            "whose model is --model)")
-    add_runs(parser, "the --runs folder regress used: the figures observed there (<runs>/<spec>/results.json) join "
-                     "the card (default: none)", default=None)
-    add_path(parser, "--idf", "input file", help=f"{IDF_NAME} ({{token: idf}}) of an inference-free model: queries are "
-                                                 f"weighted by it (default: the model folder's {IDF_NAME}, if any)")
-    for name in ("doc", "query"):
-        default = EncoderOptions.schema()[f"max_length_{name}"].default
-        parser.add_argument(f"--max-length-{name}", type=number_in(int, 1, MAX_TEXT_TOKENS), default=None,
-                            help=f"tokens per {name} (default: the spec condition's, else {default})")
-    add_trust_remote_code(parser)
-
-
-@cli_entry
-def main(argv: list[str] | None = None) -> int:
-    argv = list(argv or [])
-    if argv and argv[0] not in (*SUBCOMMANDS, "-h", "--help"):  # the old spelling of 'export vectors'
-        logger.warning(f"'export {argv[0]}' without a subcommand is deprecated; write 'export vectors {argv[0]}'")
-        argv.insert(0, "vectors")
-    args = build_parser().parse_args(argv)
-    if args.command == "model":
-        return int(importlib.import_module("vtrepro.regress.model_export").run(args))
-    return export_vectors(args) if args.command == "vectors" else export_index(args)
 
 
 def _impact_runs(spec: Spec, datasets: str | None, run_root: Path, command: str) -> list[tuple[Condition, DatasetRun]]:
@@ -124,14 +49,16 @@ def _impact_runs(spec: Spec, datasets: str | None, run_root: Path, command: str)
     return [(condition, dataset) for condition, dataset in selected_runs(spec, datasets) if condition.retrieval == "impact"]
 
 
-def export_vectors(args: argparse.Namespace) -> int:
-    spec = load_spec(args.spec)
-    run_root = args.runs / spec.name
-    for output in (args.output, checksum_path(args.output)):
-        check_output(output, [spec.path, run_root])
-    runs = [(condition.name, dataset.name) for condition, dataset in _impact_runs(spec, args.datasets, run_root, args.spec)]
-    digest = write_bundle(run_root, runs, args.output, spec.path, environment())
-    print(f"{len(runs)} run(s) -> {args.output} (sha256 {digest})")
+def export_vectors(spec_name: str, runs: Path, datasets: str | None, output: Path) -> int:
+    """``export vectors``: the impact runs of spec ``spec_name`` under ``runs`` (``datasets``: a subset) as one
+    bundle ``output`` with its ``.sha256``."""
+    spec = load_spec(spec_name)
+    run_root = runs / spec.name
+    for path in (output, checksum_path(output)):
+        check_output(path, [spec.path, run_root])
+    selected = [(condition.name, dataset.name) for condition, dataset in _impact_runs(spec, datasets, run_root, spec_name)]
+    digest = write_bundle(run_root, selected, output, spec.path, environment())
+    print(f"{len(selected)} run(s) -> {output} (sha256 {digest})")
     return EXIT_OK
 
 
@@ -171,18 +98,20 @@ def read_json_object(path: Path) -> dict[str, Any]:
                           JSON_FILE_BYTES["prebuilt"], path.parent, {})
 
 
-def export_index(args: argparse.Namespace) -> int:
-    spec = load_spec(args.spec)
-    run_root = args.runs / spec.name
-    check_output(args.output, [spec.path, run_root], kind="folder")
-    selected = _impact_runs(spec, args.datasets, run_root, args.spec)
+def export_index(spec_name: str, runs: Path, datasets: str | None, output: Path, data_dir: str | None) -> int:
+    """``export index``: a prebuilt Lucene index tarball per impact run of spec ``spec_name`` under ``runs``
+    into the folder ``output``, with ``prebuilt.json``."""
+    spec = load_spec(spec_name)
+    run_root = runs / spec.name
+    check_output(output, [spec.path, run_root], kind="folder")
+    selected = _impact_runs(spec, datasets, run_root, spec_name)
     if not selected:
         raise VtreproError(f"{spec.path}: no impact runs selected (BM25 runs are not exported as impact indexes)")
     start_jvm()
-    metadata_path = args.output / METADATA_NAME
+    metadata_path = output / METADATA_NAME
     metadata: dict[str, Any] = read_json_object(metadata_path) if os.path.lexists(metadata_path) else {}
     for condition, dataset in selected:
-        run = prebuilt_run(spec, condition, dataset, run_root / condition.name / dataset.name, args.data_dir)
+        run = prebuilt_run(spec, condition, dataset, run_root / condition.name / dataset.name, data_dir)
         stats = index_stats(run.index)
         manifest = EncodedFolder(run.index.parent).load_manifest()
         if manifest and {key: stats[key] for key in ("documents", "total_terms")} != \
@@ -190,9 +119,9 @@ def export_index(args: argparse.Namespace) -> int:
             raise VtreproError(f"{run.index}: holds {stats['documents']} documents and {stats['total_terms']} impacts but "
                                f"its manifest {manifest['documents']} and {manifest['total_terms']}: the index is stale; "
                                f"rerun 'python -m vtrepro regress --spec {spec.path}'")
-        metadata[run.name] = write_prebuilt(run, args.output, stats, prebuilt_readme(run, stats))
-        print(f"{condition.name}/{dataset.name} -> {args.output / metadata[run.name]['filename']} "
+        metadata[run.name] = write_prebuilt(run, output, stats, prebuilt_readme(run, stats))
+        print(f"{condition.name}/{dataset.name} -> {output / metadata[run.name]['filename']} "
               f"(sha256 {metadata[run.name]['sha256']})")
     write_json(metadata_path, metadata)
-    print(f"{len(selected)} prebuilt index(es) -> {args.output} ({METADATA_NAME})")
+    print(f"{len(selected)} prebuilt index(es) -> {output} ({METADATA_NAME})")
     return EXIT_OK

@@ -12,7 +12,6 @@ and OpenSearch; every value it quotes is escaped for markdown.
 """
 from __future__ import annotations
 
-import argparse
 import importlib.metadata as metadata
 import json
 import math
@@ -48,7 +47,23 @@ class CardFacts:
     observed: dict[tuple[str, str], Any] = field(default_factory=dict)  # (dataset, metric) -> observed value
 
 
-def run(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class ModelExport:
+    """What ``export model`` exports, where, and from which spec, condition and runs (``--flag`` -> field)."""
+
+    model: str
+    output: Path
+    model_dir: str | None = None
+    spec: str | None = None
+    condition: str | None = None
+    runs: Path | None = None
+    idf: Path | None = None
+    max_length_doc: int | None = None
+    max_length_query: int | None = None
+    trust_remote_code: bool = False
+
+
+def export_model(args: ModelExport) -> int:
     """Export ``args.model`` to ``args.output``; prints one result line."""
     found = find_model(args.model, args.model_dir)
     spec = load_spec(args.spec) if args.spec else None

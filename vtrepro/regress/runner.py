@@ -16,30 +16,14 @@ too), 2 bad input.
 
 from __future__ import annotations
 
-import argparse
 import logging
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
 from vtrepro.core.cli import (
-    DEFAULT_RUNS,
-    add_data_dir,
-    add_datasets,
-    add_model_dir,
-    add_path,
-    add_reference_vectors,
-    add_renamed,
-    add_spec,
-    add_threads,
-    add_trust_remote_code,
-    add_vectors,
-    cli_entry,
-    command_parser,
     grant_remote_code,
     os_error_message,
-    positive_int,
 )
 from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK, VtreproError
 from vtrepro.core.io import check_output, check_replaceable, check_within
@@ -202,56 +186,18 @@ def _remote_code_askers(spec: Spec) -> list[str]:
             if condition.trust_remote_code or (condition.train and load_recipe(condition.train).trust_remote_code)]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = command_parser("regress", __doc__)
-    add_spec(parser)
-    add_datasets(parser)
-    add_data_dir(parser)
-    add_model_dir(parser)
-    add_path(parser, "--runs", "root", help="root of the runs: artifacts and reports go to <runs>/<spec>/ "
-                                             "(default runs/, with --rehearse runs/rehearse/)")
-    add_renamed(parser, "--output", "--runs")
-    add_threads(parser, "indexing and search threads")
-    parser.add_argument("--encode-procs", type=positive_int, default=1,
-                        help="encode each corpus with this many local processes (torchrun; one GPU each when "
-                             "there are GPUs); the vectors are those of one process")
-    add_vectors(parser, "use these encoded vectors instead of encoding: a bundle from 'python -m vtrepro export', "
-                        "a folder laid out <condition>/<dataset>/, one encoded corpus folder for one run, or a "
-                        "prebuilt index .tar.gz (or the folder of them) from 'export index' (vectors read back "
-                        "from its postings and topics)")
-    add_reference_vectors(parser, "a bundle or folder like --vectors to count the documents whose vectors differ")
-    parser.add_argument("--strict", action="store_true", help="OKISH (within tolerance, not exact) counts as FAIL")
-    parser.add_argument("--record", action="store_true", help="write observed values into the spec as expected")
-    parser.add_argument("--dry-run", action="store_true", help="validate the spec, print the plan, run nothing")
-    parser.add_argument("--rehearse", action="store_true",
-                        help="run every condition and dataset at miniature size on stand-in models and data (recipes "
-                             "scaled down, nothing compared with pins); prints what it replaced and the real run's cost")
-    add_trust_remote_code(parser)
-    return parser
-
-
-@cli_entry
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    spec = load_spec(args.spec)
-    rehearsal = None
-    if args.rehearse:
-        spec, rehearsal = _rehearsal(spec, args)
-    args.runs = args.runs or DEFAULT_RUNS
-    context = RunContext(output=args.runs, datasets=args.datasets,
-                         model_dir=args.model_dir, data_dir=args.data_dir, threads=args.threads,
-                         encode_processes=args.encode_procs, vectors=args.vectors,
-                         reference_vectors=args.reference_vectors, record=args.record, strict=args.strict,
-                         trust_remote_code=args.trust_remote_code, command=tuple(argv))
-
-    selected = list(selected_runs(spec, args.datasets))
+def run_regression(spec: Spec, context: RunContext, dry_run: bool = False,
+                   rehearsal: tuple[Rehearsal, list[str]] | None = None) -> int:
+    """Run ``spec`` as ``context`` says (``dry_run``: validate and print the plan; ``rehearsal``: the stand-ins
+    and the real run's cost of a ``--rehearse`` run, from :func:`rehearse_spec`): every selected condition and
+    dataset, compared with the pins and reported; the exit status."""
+    selected = list(selected_runs(spec, context.datasets))
     grant_remote_code(spec.path, _remote_code_askers(spec), context.trust_remote_code)
     out_dir = check_outputs(spec, selected, context)
     if context.record:
         check_replaceable(spec.path)
-    if args.dry_run:
-        print(describe_plan(spec, selected, context, cost=not args.rehearse))  # a rehearsal printed the real cost
+    if dry_run:
+        print(describe_plan(spec, selected, context, cost=rehearsal is None))  # a rehearsal printed the real cost
         return EXIT_OK
     datasets = {}
     for condition, dataset_run in selected:  # fail on missing data or a bad training recipe before any work
@@ -279,16 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     if context.record and not outcome.errors:
         record_failure = _record(spec, outcome)
         if record_failure is None:
-            rows = [row if row.kind == "reference" or row.status == STATUS_MEASURED else
-                    ResultRow(**{**asdict(row), "expected": row.observed, "status": STATUS_OK, "tier": TIER_FIXED,
-                                 "note": ""})
-                    for row in rows]
-    if args.rehearse:  # stand-ins: a figure is computed to prove its path runs, never judged
-        rows = [ResultRow(**{**asdict(row), "status": STATUS_MEASURED, "note": "rehearsal"})
-                if row.status == STATUS_UNPINNED else row for row in rows]
+            rows = recorded_rows(rows)
+    if rehearsal is not None:
+        rows = rehearsed_rows(rows)
     if context.strict:
-        rows = [ResultRow(**{**asdict(row), "status": STATUS_FAIL}) if row.status == STATUS_OKISH else row
-                for row in rows]
+        rows = strict_rows(rows)
     write_report(spec, rows, outcome.timings, out_dir, list(context.command), outcome.distributions,
                  train_root=context.train_root)
     if rehearsal is not None:
@@ -309,25 +250,43 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_MISMATCH if failed else EXIT_OK
 
 
-def _rehearsal(spec: Spec, args) -> tuple[Spec, tuple[Rehearsal, list[str]]]:
-    """The rehearsal of ``spec`` (:mod:`vtrepro.regress.rehearsal`): its rewritten spec, loaded, and the
-    rehearsal with the real run's cost (for ``rehearsal.json``); ``args`` now point at the stand-ins. What was
-    replaced and the real run's cost are printed first."""
-    for flag, given in (("--record", args.record), ("--vectors", args.vectors),
-                        ("--reference-vectors", args.reference_vectors)):
+
+def rehearse_spec(spec: Spec, runs: Path, datasets: str | None, model_dir: str | None,
+                  refused: dict[str, bool]) -> tuple[Spec, tuple[Rehearsal, list[str]]]:
+    """The rehearsal of ``spec`` (:mod:`vtrepro.regress.rehearsal`) under ``runs``: its rewritten spec, loaded,
+    and the rehearsal with the real run's cost (for ``rehearsal.json``); the run then reads the rehearsal's
+    ``data_dir`` and ``model_dir``. ``refused``: the flags given that have no meaning on stand-ins (flag ->
+    given). What was replaced and the real run's cost are printed first."""
+    for flag, given in refused.items():
         if given:
             raise VtreproError(f"--rehearse runs on stand-ins, so {flag} has no meaning with it; drop one of them")
-    args.runs = args.runs or DEFAULT_RUNS / "rehearse"
-    rehearsal = Rehearsal(args.runs / STANDINS_NAME)
-    cost = encoding_cost(spec, list(selected_runs(spec, args.datasets)), args.model_dir)
+    rehearsal = Rehearsal(runs / STANDINS_NAME)
+    cost = encoding_cost(spec, list(selected_runs(spec, datasets)), model_dir)
     trained = dict.fromkeys(condition.train or recipe_of_trained_folder(condition.model or "")
                             for condition in spec.conditions)
-    cost += [f"training {name}: {estimate_cost(load_recipe(name), args.model_dir, DEFAULT_GPU_TFLOPS)[-1].strip()}"
+    cost += [f"training {name}: {estimate_cost(load_recipe(name), model_dir, DEFAULT_GPU_TFLOPS)[-1].strip()}"
              for name in trained if name]
     rehearsed = load_spec(rehearsal_spec(spec, rehearsal))
     print(describe_rehearsal(rehearsal, cost))
-    args.data_dir, args.model_dir = str(rehearsal.data_dir), str(rehearsal.model_dir)
     return rehearsed, (rehearsal, cost)
+
+
+def recorded_rows(rows: list[ResultRow]) -> list[ResultRow]:
+    """``--record``: every pinned figure's row as it reads once its observed value is the expected one."""
+    return [row if row.kind == "reference" or row.status == STATUS_MEASURED else
+            ResultRow(**{**asdict(row), "expected": row.observed, "status": STATUS_OK, "tier": TIER_FIXED, "note": ""})
+            for row in rows]
+
+
+def rehearsed_rows(rows: list[ResultRow]) -> list[ResultRow]:
+    """``--rehearse``: stand-ins' figures are computed to prove their path runs, never judged."""
+    return [ResultRow(**{**asdict(row), "status": STATUS_MEASURED, "note": "rehearsal"})
+            if row.status == STATUS_UNPINNED else row for row in rows]
+
+
+def strict_rows(rows: list[ResultRow]) -> list[ResultRow]:
+    """``--strict``: OKISH (within tolerance, not exact) counts as FAIL."""
+    return [ResultRow(**{**asdict(row), "status": STATUS_FAIL}) if row.status == STATUS_OKISH else row for row in rows]
 
 
 def _record(spec: Spec, outcome: Outcome) -> str | None:

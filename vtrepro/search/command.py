@@ -24,14 +24,27 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from vtrepro.core.cli import add_output_file, add_path, add_threads, add_vectors, cli_entry, command_parser
+from vtrepro.core.cli import (
+    add_k,
+    add_option_flags,
+    add_output_file,
+    add_path,
+    add_threads,
+    add_vectors,
+    cli_entry,
+    command_parser,
+    options_from_args,
+)
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import read_query_vectors
 from vtrepro.index.lucene import check_index_folder
 from vtrepro.index.prebuilt import PrebuiltIndex, is_prebuilt, named_members, open_prebuilt, read_topics
+from vtrepro.search import anserini_program, pyserini_module
+from vtrepro.search.anserini_program import run_anserini
 from vtrepro.search.lucene import search_impact
+from vtrepro.search.pyserini_module import EXAMPLE_MODULES, run_pyserini_module
 from vtrepro.search.runs import SearchOptions, write_trec_run
 
 # vtrepro.search.pisa (numpy) is imported where PISA searches, on purpose: `search --help` and Lucene searches
@@ -45,21 +58,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_path(parser, "--index", "input path", required=True,
              help="Lucene impact index folder, or a prebuilt index .tar.gz from 'export index' (a PISA index folder "
                   "with --engine pisa)")
-    SearchOptions.add_arguments(parser, ["engine"])
+    add_option_flags(parser, SearchOptions, ["engine"])
     add_vectors(parser, argparse.SUPPRESS)  # deprecated: 'index --engine pisa' builds the PISA index
     add_path(parser, "--queries", "input file",
              help="encoded queries.jsonl ({id, vector}); with a prebuilt index, default its topics")
     add_output_file(parser, "TREC run file to write")
-    SearchOptions.add_arguments(parser, ["k"])
+    add_k(parser, SearchOptions)
     add_threads(parser, "search threads")
-    SearchOptions.add_arguments(parser, ["keep_query_id"])
+    add_option_flags(parser, SearchOptions, ["keep_query_id"])
     return parser
 
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    search = SearchOptions.from_args(args)
+    search = options_from_args(SearchOptions, args)
     if args.vectors is not None and search.engine == "pisa":
         logger.warning(f"'search --engine pisa --vectors' is deprecated; build the index with 'index --engine pisa "
                        f"--vectors {args.vectors} --output {args.index}', then search it")
@@ -107,3 +120,30 @@ def _extracted(tarball: Path, output: Path) -> Iterator[PrebuiltIndex]:
         yield open_prebuilt(tarball, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@cli_entry
+def pyserini_main(argv: list[str] | None = None) -> int:
+    args = build_pyserini_parser().parse_args(argv)
+    return run_pyserini_module(args.module, args.arguments)
+
+
+def build_pyserini_parser() -> argparse.ArgumentParser:
+    parser = command_parser("pyserini", pyserini_module.__doc__)
+    parser.add_argument("module", help=f"a Pyserini module run as a program, without 'pyserini.' ({EXAMPLE_MODULES})")
+    parser.add_argument("arguments", nargs=argparse.REMAINDER, help="its arguments, passed on as they are")
+    return parser
+
+
+@cli_entry
+def anserini_main(argv: list[str] | None = None) -> int:
+    args = build_anserini_parser().parse_args(argv)
+    return run_anserini(args.program, args.arguments)
+
+
+def build_anserini_parser() -> argparse.ArgumentParser:
+    parser = command_parser("anserini", anserini_program.__doc__)
+    parser.add_argument("program", metavar="CLASS", help="an Anserini main class, e.g. io.anserini.search.SearchCollection "
+                                                         "(the io.anserini. prefix may be left out)")
+    parser.add_argument("arguments", nargs=argparse.REMAINDER, help="its arguments, passed on as they are")
+    return parser

@@ -12,7 +12,6 @@ by score then document id sees every document it could keep.
 """
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -89,11 +88,6 @@ class Bm25Options(Options):
 
     k1: float = option(Field(float, 0.9, minimum=0, help="term-frequency saturation"))
     b: float = option(Field(float, 0.4, minimum=0, maximum=1, help="document-length normalization"))
-
-
-def add_k(parser: argparse._ActionsContainer) -> None:
-    """``--k``: hits per query, 1 to :data:`MAX_K` (default :attr:`SearchOptions.k`)."""
-    SearchOptions.add_arguments(parser, ["k"])
 
 
 def hits_per_query(k: int, documents: int, queries: int) -> int:

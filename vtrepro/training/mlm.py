@@ -18,7 +18,6 @@ rate renormalized per batch so the overall masking rate stays ``--mask-rate``; a
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import time
@@ -27,9 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from vtrepro.core.checkpoints import check_out, save_checkpoint
-from vtrepro.core.cli import add_checkpoint_arguments, add_limit, add_renamed, cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import JSON_FILE_BYTES, check_output, read_json_file
+from vtrepro.core.io import JSON_FILE_BYTES, read_json_file
 from vtrepro.core.log import quiet_transformers
 from vtrepro.core.options import Options, option
 from vtrepro.core.progress import Progress
@@ -277,25 +275,3 @@ def run_mlm(
     }
     save_checkpoint(out, mlm.cpu().eval(), tokenizer, {MLM_REPORT: report})
     return report
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = command_parser("mlm", __doc__)
-    add_checkpoint_arguments(parser, "masked-LM checkpoint", "the training texts")
-    MlmOptions.add_arguments(parser, [name for name in MlmOptions.schema() if name not in ("dataset", "corpus")])
-    add_renamed(parser, "--precision", "--dtype", values=OLD_DTYPES)
-    add_limit(parser, "texts of the corpus")
-    add_renamed(parser, "--max-texts", "--limit")
-    return parser
-
-
-@cli_entry
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    check_output(args.output, [resolve_model(args.model, args.model_dir), args.dataset, args.corpus], kind="folder")
-    args.corpus = None if args.corpus is None else str(args.corpus)  # a path in words, as a recipe gives it
-    report = run_mlm(args.model, args.output, MlmOptions.from_args(args), data_dir=args.data_dir, max_texts=args.limit,
-                     model_dir=args.model_dir, trust_remote_code=args.trust_remote_code)
-    logger.info(f"{args.output}: {report['steps']} steps on {report['texts']} texts, loss {report['loss_first_10_percent']} -> "
-                f"{report['loss_last_10_percent']} in {report['seconds']} s")
-    return 0

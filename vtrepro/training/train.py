@@ -18,30 +18,17 @@ latest checkpoint with the same data order and losses. docs/training.md describe
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vtrepro.core.cli import (
-    add_data_dir,
-    add_model_dir,
-    add_output_folder,
-    add_renamed,
-    add_trust_remote_code,
-    cli_entry,
-    command_parser,
-    grant_remote_code,
-    positive_float,
-)
 from vtrepro.core.io import check_output
 from vtrepro.core.launch import Shared, launch
-from vtrepro.model.loading import resolve_model
-from vtrepro.training.inputs import check_inputs, required_inputs
-from vtrepro.training.plan import DEFAULT_GPU_TFLOPS, check_recipe_lengths, describe_plan, estimate_cost
-from vtrepro.training.recipe import Recipe, load_recipe
+from vtrepro.training.inputs import check_inputs
+from vtrepro.training.plan import describe_plan, estimate_cost
+from vtrepro.training.recipe import Recipe
 from vtrepro.training.rehearsal import (
     STANDINS_NAME,
     Rehearsal,
@@ -99,7 +86,7 @@ def run_recipe(recipe: Recipe, output: Path, data_dir=None, model_dir=None) -> P
         processes.close()
 
 
-def rehearse(recipe: Recipe, output: Path, args) -> int:
+def rehearse(recipe: Recipe, output: Path, model_dir: str | None, gpu_tflops: float, dry_run: bool) -> int:
     """``train --rehearse``: the recipe scaled down on stand-ins, run as a real run is (``--dry-run``: the plan
     of that run). The stand-ins are those ``regress --rehearse`` uses for the same root: ``<root>/standins/``
     for a run folder ``<root>/train/<name>`` (else beside the run folder), so a recipe rehearsed here is the
@@ -107,54 +94,14 @@ def rehearse(recipe: Recipe, output: Path, args) -> int:
     root = output.parent.parent if output.parent.name == "train" else output.parent
     rehearsal = Rehearsal(root / STANDINS_NAME)
     check_output(output, [recipe.path, rehearsal.root], kind="folder")
-    cost = estimate_cost(recipe, args.model_dir, args.gpu_tflops)  # the real recipe's, from the models' shapes
+    cost = estimate_cost(recipe, model_dir, gpu_tflops)  # the real recipe's, from the models' shapes
     scaled = rehearsal_recipe(recipe.path, rehearsal)
     print(describe_rehearsal(rehearsal, cost))
-    if args.dry_run:
-        print(describe_plan(scaled, output, rehearsal.data_dir, rehearsal.model_dir, args.gpu_tflops))
+    if dry_run:
+        print(describe_plan(scaled, output, rehearsal.data_dir, rehearsal.model_dir, gpu_tflops))
         return 0
     final = run_recipe(scaled, output, rehearsal.data_dir, rehearsal.model_dir)
     if int(os.environ.get("RANK", "0")) == 0:
         write_rehearsal_record(output, rehearsal, cost)
         logger.info(f"rehearsed: {final} (a stand-in model: never a result)")
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = command_parser("train", __doc__)
-    parser.add_argument("--recipe", required=True, metavar="RECIPE",
-                        help="recipe YAML file, or a name in regressions/recipes/")
-    add_renamed(parser, "--config", "--recipe")
-    add_output_folder(parser, "run folder (default: runs/train/<recipe name>)", required=False,
-                      rule="an unfinished run of the same recipe there is resumed")
-    add_data_dir(parser)
-    add_model_dir(parser)
-    parser.add_argument("--dry-run", action="store_true", help="validate the recipe, print the plan and cost, run nothing")
-    parser.add_argument("--rehearse", action="store_true",
-                        help="run the whole recipe at miniature size on stand-in models and data in their published "
-                             "formats (default --output runs/rehearse/train/<recipe name>); prints what it replaced")
-    parser.add_argument("--gpu-tflops", type=positive_float, default=DEFAULT_GPU_TFLOPS,
-                        help="sustained TFLOP/s assumed by the --dry-run cost estimate (default: %(default)s)")
-    add_trust_remote_code(parser)
-    return parser
-
-
-@cli_entry
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    recipe = load_recipe(args.recipe)
-    grant_remote_code(recipe.path, ["the recipe"] if recipe.trust_remote_code else [], args.trust_remote_code)
-    if args.rehearse:
-        return rehearse(recipe, args.output or Path("runs") / "rehearse" / "train" / recipe.name, args)
-    check_recipe_lengths(recipe, args.model_dir)
-    output = args.output or Path("runs") / "train" / recipe.name
-    inputs = [resolve_model(value, args.model_dir) if kind == "model" else value
-              for _, kind, value in required_inputs(recipe, output)]
-    check_output(output, [recipe.path, *inputs], kind="folder")
-    if args.dry_run:
-        print(describe_plan(recipe, output, args.data_dir, args.model_dir, args.gpu_tflops))
-        return 0
-    final = run_recipe(recipe, output, args.data_dir, args.model_dir)
-    if int(os.environ.get("RANK", "0")) == 0:
-        logger.info(f"trained model: {final}")
     return 0

@@ -10,7 +10,6 @@ delta is evaluated on them exactly: term t is active in document d when ``max_lo
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import logging
 import time
@@ -19,14 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence, cast
 
 from vtrepro.core.checkpoints import check_out, save_checkpoint
-from vtrepro.core.cli import add_checkpoint_arguments, add_limit, add_path, add_renamed, cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import check_output
 from vtrepro.core.options import Options, option
 from vtrepro.core.progress import Progress
 from vtrepro.core.schema import MAX_BATCH_SIZE, MAX_TEXT_TOKENS, Field
 from vtrepro.data.texts import corpus_texts, dataset_or_file_texts
-from vtrepro.model.loading import check_text_lengths, resolve_model, text_length_limit
+from vtrepro.model.loading import check_text_lengths, text_length_limit
 from vtrepro.model.options import EncoderOptions
 from vtrepro.vocabulary.presets import PRESET_NAMES
 
@@ -105,14 +102,6 @@ class CalibrationOptions(Options):
         if self.released_probe and self.target_terms is not None:
             return "target_terms", "with preset authors calibrates by 'cut_percent' (the released probe has no target terms)"
         return None
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace, **given: Any) -> CalibrationOptions:
-        """The options of calibrate's command line, where ``max_length`` is ``--max-length-doc`` (and ``docs``
-        ``--limit``, stored as ``docs``)."""
-        if hasattr(args, "max_length_doc"):
-            given = {**given, "max_length": args.max_length_doc}
-        return super().from_args(args, **given)
 
     def to_argv(self, names: Sequence[str] | None = None) -> list[str]:
         return [COMMAND_FLAGS.get(arg, arg) for arg in super().to_argv(names)]
@@ -385,34 +374,3 @@ def run_calibration(
     shift_bias(encoder.model, delta)
     save_checkpoint(out, encoder.model, encoder.tokenizer, {CALIBRATION_REPORT: report})
     return report
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = command_parser("calibrate", __doc__)
-    add_checkpoint_arguments(parser, "SPLADE / masked-LM checkpoint", "the calibration documents (e.g. scifact)")
-    CalibrationOptions.add_arguments(parser, ["preset"])
-    docs = CalibrationOptions.schema()["docs"]
-    add_limit(parser, "documents", default=docs.default, maximum=MAX_DOCS, dest="docs")
-    add_renamed(parser, "--docs", "--limit")
-    CalibrationOptions.add_arguments(parser.add_mutually_exclusive_group(), ["cut_percent", "target_terms"])
-    EncoderOptions.add_arguments(parser, ["max_length_doc"])  # a spec's calibrate block calls it max_length
-    add_renamed(parser, "--max-length", "--max-length-doc")
-    CalibrationOptions.add_arguments(parser, ["max_sample", "batch_size", "seed"])
-    add_path(parser, "--queries", "input file", help="queries JSONL ('text') for query-side FLOPS")
-    return parser
-
-
-@cli_entry
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    check_output(args.output, [resolve_model(args.model, args.model_dir), args.dataset, args.corpus, args.queries],
-                 kind="folder")
-    args.corpus = None if args.corpus is None else str(args.corpus)  # a path in words, as a spec or recipe gives it
-    options = CalibrationOptions.from_args(args)
-    report = run_calibration(args.model, args.output, options, queries=args.queries, data_dir=args.data_dir,
-                             model_dir=args.model_dir, trust_remote_code=args.trust_remote_code)
-    before, after = report["before"], report["after"]
-    logger.info(f"{args.output}: delta {report['delta']:+.4f}; active terms per doc {before['active_mean']} -> "
-                f"{after['active_mean']}, dead {before['dead_share']:.1%} -> {after['dead_share']:.1%}, "
-                f"FLOPS {before['flops']} -> {after['flops']}")
-    return 0

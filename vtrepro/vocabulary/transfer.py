@@ -19,7 +19,6 @@ Steps (docs/vocabulary-transfer.md has the formulas):
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import time
 from dataclasses import dataclass
@@ -27,9 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from vtrepro.core.checkpoints import check_out, save_checkpoint
-from vtrepro.core.cli import add_checkpoint_arguments, cli_entry, command_parser, number_in, positive_int
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import check_output
 from vtrepro.core.options import Options, option
 from vtrepro.core.progress import Progress
 from vtrepro.core.schema import Field
@@ -114,27 +111,6 @@ class TransferOptions(Options):
         """The preset's choices with this transfer's overrides applied."""
         return transfer_choices(self.preset, matching=self.matching, keep_norm=self.keep_norm,
                                 bias_statistics=self.bias_statistics, target_norm=self.target_norm)
-
-    @classmethod
-    def add_arguments(cls, parser: argparse._ActionsContainer, names: Sequence[str] | None = None) -> None:
-        """The options' flags; ``leaveout`` is ``--leaveout FRACTION`` with ``--leaveout-seed``."""
-        names = list(cls.schema() if names is None else names)
-        if any(name != "leaveout" for name in names):
-            super().add_arguments(parser, [name for name in names if name != "leaveout"])
-        if "leaveout" in names:
-            fraction, seed = LeaveoutOptions.schema()["fraction"], LeaveoutOptions.schema()["seed"]
-            parser.add_argument("--leaveout", dest="leaveout_fraction", type=number_in(float, *fraction.bounds),
-                                default=None, metavar="FRACTION",
-                                help="leave-out experiment: first remove this seeded share (0 < FRACTION < 1) of the "
-                                     "source's ordinary WordPiece tokens, then transfer back onto the target")
-            parser.add_argument("--leaveout-seed", type=number_in(int, *seed.bounds), default=seed.default,
-                                help="seed of --leaveout (default: %(default)s)")
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace, **given: Any) -> TransferOptions:
-        if getattr(args, "leaveout_fraction", None) is not None:
-            given = {**given, "leaveout": LeaveoutOptions(fraction=args.leaveout_fraction, seed=args.leaveout_seed)}
-        return super().from_args(args, **given)
 
     def to_argv(self, names: Sequence[str] | None = None) -> list[str]:
         names = list(self.schema() if names is None else names)
@@ -329,28 +305,3 @@ def run_transfer(
 
 
 # ---------------------------------------------------------------------------- command line
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = command_parser("transfer", __doc__)
-    add_checkpoint_arguments(parser, "masked-LM checkpoint to transfer", old_model_spelling="--source")
-    TransferOptions.add_arguments(parser, [name for name in TransferOptions.schema() if name != "leaveout"])
-    parser.add_argument("--chunk-size", type=positive_int, default=DEFAULT_CHUNK_SIZE,
-                        help="target tokens per similarity chunk (default: %(default)s)")
-    TransferOptions.add_arguments(parser, ["leaveout"])
-    return parser
-
-
-@cli_entry
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    options = TransferOptions.from_args(args)
-    models = (args.model, options.target_tokenizer, options.reference)
-    check_output(args.output, [resolve_model(name, args.model_dir) for name in models if name], kind="folder")
-    report = run_transfer(args.model, args.output, options, chunk_size=args.chunk_size, model_dir=args.model_dir,
-                          trust_remote_code=args.trust_remote_code)
-    counts = report["counts"]
-    logger.info(f"{args.output}: {report['vocabulary']['source']} -> {report['vocabulary']['target']} tokens "
-                f"(exact {counts['exact']}, merged {counts['merged']}, new {counts['new']}, special {counts['special']}) "
-                f"in {report['seconds']} s")
-    return 0

@@ -15,13 +15,14 @@ HEAVY_MODULES = ("torch", "transformers", "tokenizers", "safetensors", "sentence
 # One process for every command, each command's help built in turn: a heavy module is charged to the first
 # command that brings it in. Prints {command: [heavy modules it imported, or a note that no help was shown]}.
 _PROBE = """
-import contextlib, importlib, io, json, sys
+import contextlib, io, json, sys
+from vtrepro.__main__ import command_functions
 heavy, commands, found = sys.argv[1].split(","), json.loads(sys.argv[2]), {}
 for name, module in commands.items():
     before = {m for m in heavy if m in sys.modules}
     with contextlib.redirect_stdout(io.StringIO()) as shown:
         try:
-            status = importlib.import_module(module).main(["--help"])
+            status = command_functions(name)[0](["--help"])
         except SystemExit as done:
             status = done.code
     wrong = [m for m in heavy if m in sys.modules and m not in before]

@@ -2,22 +2,30 @@
 run a real command: in this process, as ``python -m vtrepro``, and under torchrun (2 CPU processes)."""
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
+from vtrepro.core.cli import options_from_args
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.launch import Job, Shared, command_line, launch
+from vtrepro.encode.command import build_encode_parser as encode_parser
 from vtrepro.encode.vectors import Quantization
-from vtrepro.encode.writer import build_parser as encode_parser
 from vtrepro.model.options import EncoderOptions
+from vtrepro.training import command as training_command
 from vtrepro.training import mlm
-from vtrepro.training.stages import STAGE_OPTIONS, Stage, stage_job
+from vtrepro.training.stages import Stage, stage_job
 from vtrepro.vocabulary import calibrate, transfer
+from vtrepro.vocabulary import command as vocabulary_command
 
-STAGE_PARSERS = {"transfer": transfer.build_parser, "mlm": mlm.build_parser, "calibrate": calibrate.build_parser}
+STAGE_PARSERS = {"transfer": vocabulary_command.build_transfer_parser, "mlm": training_command.build_mlm_parser,
+                 "calibrate": vocabulary_command.build_calibrate_parser}
+STAGE_READERS = {"transfer": vocabulary_command.transfer_options, "calibrate": vocabulary_command.calibration_options,
+                 "mlm": functools.partial(options_from_args, mlm.MlmOptions)}
+"""Each stage's options from its command line, as its command module reads them."""
 STAGES = [Stage("transfer", transfer.TransferOptions(init="mean", keep_norm=False, leaveout={"fraction": 0.2})),
           Stage("mlm", mlm.MlmOptions(dataset="scifact", steps=5, dtype="bfloat16")),
           Stage("calibrate", calibrate.CalibrationOptions(dataset="scifact", target_terms=100))]
@@ -31,7 +39,7 @@ def test_an_encode_job_reads_back_as_its_options_and_shared_flags() -> None:
         argv = job.argv(Shared("data", "models", granted))
         assert argv[0] == "encode"
         args = encode_parser().parse_args(argv[1:])
-        assert EncoderOptions.from_args(args) == encoder and Quantization.from_args(args) == quantization
+        assert options_from_args(EncoderOptions, args) == encoder and options_from_args(Quantization, args) == quantization
         assert (args.data_dir, args.model_dir, args.trust_remote_code) == ("data", "models", granted)
 
 
@@ -39,7 +47,7 @@ def test_an_encode_job_reads_back_as_its_options_and_shared_flags() -> None:
 def test_a_stage_job_is_its_command_with_its_options(stage: Stage) -> None:
     argv = stage_job(stage, "m", Path("o")).argv()
     assert argv[0] == stage.name
-    assert STAGE_OPTIONS[stage.name].from_args(STAGE_PARSERS[stage.name]().parse_args(argv[1:])) == stage.options
+    assert STAGE_READERS[stage.name](STAGE_PARSERS[stage.name]().parse_args(argv[1:])) == stage.options
 
 
 def test_in_process_the_shared_settings_are_arguments_and_errors_reach_the_caller() -> None:
@@ -79,7 +87,7 @@ def scored(tmp_path: Path) -> Job:
 
 @pytest.mark.parametrize(("mode", "processes"), [("subprocess", 1), pytest.param("torchrun", 2, marks=pytest.mark.slow)])
 def test_a_child_runs_the_command_and_a_failed_one_is_one_line_here(scored: Job, mode, processes, capfd) -> None:
-    from vtrepro.evaluate.trec import main as evaluate
+    from vtrepro.evaluate.command import main as evaluate
 
     evaluate(list(scored.arguments))
     one = capfd.readouterr().out
@@ -99,7 +107,7 @@ def test_a_child_runs_the_command_and_a_failed_one_is_one_line_here(scored: Job,
 
 def test_a_job_in_process_and_as_a_child_writes_the_same(scored: Job, tmp_path: Path, capfd) -> None:
     """The in-process call and the child command line are one job: the same scores either way."""
-    from vtrepro.evaluate.trec import main as evaluate
+    from vtrepro.evaluate.command import main as evaluate
 
     here = Job(scored.command, scored.arguments, run=lambda **shared: evaluate(list(scored.arguments)))
     launch(here)

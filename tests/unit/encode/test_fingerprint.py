@@ -4,7 +4,8 @@ import json
 import pytest
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.encode.fingerprint import compare_vectors, fingerprint_folder, fingerprint_vectors, main
+from vtrepro.encode.command import fingerprint_main as main
+from vtrepro.encode.fingerprint import compare_vectors, fingerprint_folder, fingerprint_vectors
 from vtrepro.encode.reader import load_vectors, vector_files
 from vtrepro.encode.scan import scan_files
 from vtrepro.encode.writer import encode_corpus

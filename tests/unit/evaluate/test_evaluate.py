@@ -4,7 +4,8 @@ import json
 import pytest
 
 from vtrepro.data.beir import load_dataset
-from vtrepro.evaluate.trec import compare_runs, evaluate_run, main, per_query_scores
+from vtrepro.evaluate.command import main
+from vtrepro.evaluate.trec import compare_runs, evaluate_run, per_query_scores
 from vtrepro.search.runs import write_trec_run
 
 

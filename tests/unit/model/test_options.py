@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from vtrepro.core.cli import options_from_args
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.schema import MAX_BATCH_SIZE, MAX_TEXT_TOKENS, Checker, read_yaml
+from vtrepro.encode.command import build_encode_parser as build_parser
 from vtrepro.encode.vectors import MAX_SCALE, MIN_SCALE, Quantization
-from vtrepro.encode.writer import build_parser
 from vtrepro.model.options import MAX_SORT_WINDOW, PRECISIONS, PROJECTIONS, EncoderOptions
 
 REQUIRED_ARGUMENTS = ["--model", "m", "--corpus", "c.jsonl", "--output", "out"]
@@ -60,8 +61,8 @@ def test_a_spec_block_is_read_with_its_defaults_and_bad_values_name_the_file_and
 def test_to_argv_round_trips_through_the_encode_command_line(options):
     quantization = Quantization(scale=51.2, rounding="half-up")
     args = build_parser().parse_args([*REQUIRED_ARGUMENTS, *options.to_argv(), *quantization.to_argv()])
-    assert EncoderOptions.from_args(args) == options
-    assert Quantization.from_args(args) == quantization
+    assert options_from_args(EncoderOptions, args) == options
+    assert options_from_args(Quantization, args) == quantization
 
 
 def test_the_encode_command_line_refuses_what_the_declaration_refuses(capsys):

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from vtrepro.regress.agreement import AGREEMENT_FIGURES, vector_agreement
-from vtrepro.regress.runner import main as regress
+from vtrepro.regress.command import main as regress
 from vtrepro.regress.spec import EncodedVectors
 
 SPEC = """\

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from vtrepro.core.errors import VtreproError
+from vtrepro.regress.command import main as regress
 from vtrepro.regress.conditions import SOURCES_DIRNAME, build_model, describe_source
-from vtrepro.regress.runner import main as regress
 from vtrepro.regress.spec import REGRESSIONS_DIR, load_spec
 
 BUILT = """\

@@ -13,7 +13,7 @@ from ruamel.yaml import YAML
 from vtrepro.core.errors import VtreproError
 from vtrepro.data.availability import check_dataset_split, dataset_availability
 from vtrepro.data.beir import HUB_DATASETS, load_dataset
-from vtrepro.regress.runner import main as regress
+from vtrepro.regress.command import main as regress
 from vtrepro.regress.spec import REGRESSIONS_DIR, load_spec
 
 SPEC = REGRESSIONS_DIR / "chemteb_retrieval.yaml"

@@ -6,7 +6,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from vtrepro.model.idf import IdfQueryEncoder
-from vtrepro.regress.runner import main as regress
+from vtrepro.regress.command import main as regress
 
 
 @pytest.mark.slow  # over 1.5 s (AVX-512 EPYC): keeps the fast tier under 90 s

@@ -14,8 +14,8 @@ from conftest import record_mini_spec
 from vtrepro.core.cli import cli_entry
 from vtrepro.encode import scan as scan_module
 from vtrepro.regress.bundle import checksum_path
-from vtrepro.regress.export import main as export_main
-from vtrepro.regress.runner import main as regress_main
+from vtrepro.regress.command import export_main
+from vtrepro.regress.command import main as regress_main
 
 regress = cli_entry(regress_main)
 export = cli_entry(export_main)

@@ -8,8 +8,8 @@ from transformers import AutoTokenizer
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.model.idf import IdfQueryEncoder
+from vtrepro.regress.command import main as regress
 from vtrepro.regress.cost import BEIR_CORPUS_DOCUMENTS, encoding_cost, forward_flops_per_token
-from vtrepro.regress.runner import main as regress
 from vtrepro.regress.runner import selected_runs
 from vtrepro.regress.spec import load_spec
 from vtrepro.report.published import load_system

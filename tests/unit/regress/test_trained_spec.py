@@ -5,7 +5,7 @@ import re
 import pytest
 
 from helpers import triples_recipe, write_recipe
-from vtrepro.regress.runner import main as regress
+from vtrepro.regress.command import main as regress
 
 TRIPLES = [("what causes heart attacks", "heart attack causes and risk factors", "protein folding in yeast cells"),
            ("yeast protein folding", "protein folding in yeast cells", "heart rate")]

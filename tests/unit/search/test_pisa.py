@@ -16,8 +16,8 @@ from vtrepro.bench.command import main as bench_main
 from vtrepro.core.errors import VtreproError
 from vtrepro.encode.reader import read_query_vectors
 from vtrepro.encode.vectors import escape_term
+from vtrepro.index.command import main as index_main
 from vtrepro.index.lucene import build_impact_index
-from vtrepro.index.lucene import main as index_main
 from vtrepro.index.pisa import build_pisa_index, ensure_pisa_index, pisa_context, pisa_term, read_pisa_meta
 from vtrepro.search.command import main as search_main
 from vtrepro.search.lucene import search_impact

@@ -10,10 +10,11 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from vtrepro.core.cli import options_from_args
+from vtrepro.training.command import build_mlm_parser as build_parser
 from vtrepro.training.mlm import (
     GROUP_TEXTS,
     MlmOptions,
-    build_parser,
     embedding_parameters,
     group_texts,
     mask_tokens,
@@ -102,6 +103,6 @@ def test_train_only_embeddings_changes_the_embeddings_and_nothing_else(tiny_enco
 
 def test_train_only_embeddings_is_a_flag_of_the_mlm_command() -> None:
     args = build_parser().parse_args(["--model", "m", "--dataset", "d", "--output", "o", "--train-only-embeddings"])
-    assert MlmOptions.from_args(args).train_only_embeddings is True
+    assert options_from_args(MlmOptions, args).train_only_embeddings is True
     assert MlmOptions(dataset="d", train_only_embeddings=True).to_argv(["train_only_embeddings"]) == [
         "--train-only-embeddings"]

@@ -14,11 +14,11 @@ from helpers import run_command, write_recipe
 from vtrepro.core.errors import VtreproError
 from vtrepro.data.beir import load_dataset
 from vtrepro.data.standins import Collection, write_beir_folder, write_hard_negatives, write_teacher_scores, write_tsv
-from vtrepro.regress.runner import main as regress
+from vtrepro.regress.command import main as regress
+from vtrepro.training.command import train_main as train
 from vtrepro.training.data import msmarco_training_set
 from vtrepro.training.rehearsal import Rehearsal, rehearsal_recipe
 from vtrepro.training.standins import standin_family, write_standin_model
-from vtrepro.training.train import main as train
 
 
 def test_a_standin_beir_folder_reads_as_beir(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from helpers import REPO_ROOT, write_recipe
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import read_jsonl
 from vtrepro.core.launch import Job, command_line
+from vtrepro.training.command import train_main as main
 from vtrepro.training.data import (
     PairTrainingSet,
     TriplesTrainingSet,
@@ -44,7 +45,7 @@ from vtrepro.training.run_folder import (
     write_trainer_state,
 )
 from vtrepro.training.splade_model import MaxPooledProjection, SpladeModel
-from vtrepro.training.train import main, run_recipe
+from vtrepro.training.train import run_recipe
 from vtrepro.training.trainer import Trainer
 
 REPO = REPO_ROOT

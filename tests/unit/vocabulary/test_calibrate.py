@@ -17,11 +17,11 @@ from vtrepro.vocabulary.calibrate import (
     CalibrationOptions,
     activity,
     calibrate_bias,
-    main,
     pooled_logits,
     threshold_for_cut,
     threshold_for_terms,
 )
+from vtrepro.vocabulary.command import calibrate_main as main
 
 DOCS = 500
 MAX_LENGTH = 128

@@ -14,13 +14,8 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.data.beir import load_dataset
-from vtrepro.vocabulary.calibrate import (
-    CALIBRATION_REPORT,
-    CalibrationOptions,
-    calibrate_bias,
-    main,
-    probe_generator,
-)
+from vtrepro.vocabulary.calibrate import CALIBRATION_REPORT, CalibrationOptions, calibrate_bias, probe_generator
+from vtrepro.vocabulary.command import calibrate_main as main
 
 MAX_LENGTH = 32  # the probe's --max_length: short documents keep both encodings of 640 documents within seconds
 

@@ -27,11 +27,12 @@ from vtrepro.data.beir import load_dataset
 from vtrepro.model.loading import load_masked_lm
 from vtrepro.model.options import EncoderOptions
 from vtrepro.model.splade import SpladeEncoder
+from vtrepro.vocabulary.command import transfer_main as main
 from vtrepro.vocabulary.leaveout import make_leaveout_source
 from vtrepro.vocabulary.matching import decode_byte_level, match_vocabularies
 from vtrepro.vocabulary.target import load_reference, load_tokenizer
 from vtrepro.vocabulary.topology import sparse_sparsemax, sparsemax
-from vtrepro.vocabulary.transfer import INITS, TRANSFER_REPORT, TransferOptions, main, run_transfer, transfer_vocabulary
+from vtrepro.vocabulary.transfer import INITS, TRANSFER_REPORT, TransferOptions, run_transfer, transfer_vocabulary
 
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 SENTENCE = "Paris hosts the Café de Flore; vitamin D deficiency increases fracture risk."

@@ -8,25 +8,16 @@ what it reads. Anserini's arguments, output and exit status are its own.
 """
 from __future__ import annotations
 
-import argparse
 import re
 import subprocess
 
 from vtrepro.core.anserini import anserini_jar
-from vtrepro.core.cli import cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.java import find_java_home
 
 CLASS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_$]*)+")
 ANSERINI_PACKAGE = "io.anserini."
 
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = command_parser("anserini", __doc__)
-    parser.add_argument("program", metavar="CLASS", help="an Anserini main class, e.g. io.anserini.search.SearchCollection "
-                                                         "(the io.anserini. prefix may be left out)")
-    parser.add_argument("arguments", nargs=argparse.REMAINDER, help="its arguments, passed on as they are")
-    return parser
 
 
 def anserini_class(name: str) -> str:
@@ -42,9 +33,3 @@ def run_anserini(program: str, arguments: list[str]) -> int:
     """Run Anserini's ``program`` with ``arguments`` in a JVM of its own; its exit status."""
     java = find_java_home() / "bin" / "java"
     return subprocess.run([str(java), "-cp", str(anserini_jar()), anserini_class(program), *arguments]).returncode
-
-
-@cli_entry
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_anserini(args.program, args.arguments)

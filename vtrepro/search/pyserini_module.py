@@ -8,26 +8,18 @@ OpenAI key asked for. Pyserini's arguments and output are its own.
 """
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
 import re
 import runpy
 import sys
 
-from vtrepro.core.cli import cli_entry, command_parser
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.java import find_java_home
 
 MODULE_NAME = re.compile(r"[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*")
 EXAMPLE_MODULES = "search.lucene, eval.trec_eval, index.lucene"
 
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = command_parser("pyserini", __doc__)
-    parser.add_argument("module", help=f"a Pyserini module run as a program, without 'pyserini.' ({EXAMPLE_MODULES})")
-    parser.add_argument("arguments", nargs=argparse.REMAINDER, help="its arguments, passed on as they are")
-    return parser
 
 
 def run_pyserini_module(module: str, arguments: list[str]) -> int:
@@ -61,9 +53,3 @@ def run_pyserini_module(module: str, arguments: list[str]) -> int:
     finally:
         sys.argv = saved_argv
     return 0
-
-
-@cli_entry
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_pyserini_module(args.module, args.arguments)
