@@ -337,7 +337,7 @@ _BOUNDED_NORMALIZERS = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "StripAccents
 a tokenizer from others may name no other, and its ``Replace`` steps may not lengthen what they match."""
 
 
-def _check_normalizer(normalizer: Any, path: Path, depth: int = 0) -> None:
+def _check_normalizer(normalizer: Any, path: Path, nesting: int = 0) -> None:
     """Refuse a normalizer that could make a text grow without bound before it is tokenized (a chain of ``Replace``
     steps each lengthening what it matches multiplies a text's length): each ``Replace`` must put back no more
     characters than its literal pattern has, a regex pattern only deletions."""
@@ -345,11 +345,11 @@ def _check_normalizer(normalizer: Any, path: Path, depth: int = 0) -> None:
         return
     fix = "vtrepro tokenizes with normalizers that cannot lengthen a text more than a constant: use such a tokenizer"
     kind = normalizer.get("type") if isinstance(normalizer, dict) else None
-    if kind not in _BOUNDED_NORMALIZERS or depth > 8:
+    if kind not in _BOUNDED_NORMALIZERS or nesting > 8:
         raise VtreproError(f"{path}: normalizer {str(kind)[:40]!r} is not one vtrepro runs on text from others; {fix}")
     if kind == "Sequence":
         for step in normalizer.get("normalizers") or []:
-            _check_normalizer(step, path, depth + 1)
+            _check_normalizer(step, path, nesting + 1)
     elif kind == "Replace":
         pattern, content = normalizer.get("pattern") or {}, normalizer.get("content")
         literal = pattern.get("String") if isinstance(pattern, dict) else None
