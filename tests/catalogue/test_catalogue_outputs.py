@@ -27,8 +27,7 @@ import pytest
 from ruamel.yaml import YAML
 from test_catalogue import small_file_system
 
-from conftest import assert_one_error_line, write_mini_beir
-from helpers import write_jsonl
+from helpers import assert_one_error_line, write_jsonl, write_mini_beir
 from vtrepro.bench.command import main as bench_main
 from vtrepro.core.archives import line_length as _line_length
 from vtrepro.core.cli import Command, cli_entry
