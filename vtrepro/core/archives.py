@@ -200,7 +200,7 @@ class TarRules:
     budget: int
     why: str
     max_members: int
-    member_problem: Callable[[tarfile.TarInfo, "str | None"], "str | None"] = _no_problem
+    member_problem: Callable[[tarfile.TarInfo, str | None], str | None] = _no_problem
     max_line_bytes: int | None = None
 
     @property
