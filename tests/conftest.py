@@ -18,8 +18,15 @@ from typing import Any, Callable
 
 import pytest
 
-from helpers import REPO_ROOT, EncodeCache, cache_root, repeated_encodings
-from vtrepro.encode.vectors import EMPTY_DOCUMENT_TERM, escape_term
+from helpers import (
+    HAND_MADE_DOCS,
+    REPO_ROOT,
+    EncodeCache,
+    cache_root,
+    repeated_encodings,
+    seed_spec_encodings,
+    write_mini_beir,
+)
 
 
 def _shared_dir() -> Path:
@@ -182,21 +189,6 @@ def tiny_encoder(splade_tiny: Path):
     return encoder
 
 
-MINI_CORPUS = {"d1": "heart attack causes and risk factors", "d2": "protein folding in yeast cells", "d3": "heart rate"}
-
-
-def write_mini_beir(root: Path) -> Path:
-    """A data root holding beir/mini: three documents, one test query ("what causes heart attacks") judging d1."""
-    import json
-
-    folder = root / "beir" / "mini"
-    (folder / "qrels").mkdir(parents=True)
-    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": i, "text": t}) + "\n" for i, t in MINI_CORPUS.items()))
-    (folder / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "what causes heart attacks"}) + "\n")
-    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
-    return root
-
-
 @pytest.fixture(scope="session")
 def gpt2_bpe(tmp_path_factory) -> Path:
     """A folder holding a real cased byte-level BPE tokenizer: GPT-2's exact files in RoBERTa's layout
@@ -209,48 +201,10 @@ def gpt2_bpe(tmp_path_factory) -> Path:
     return folder
 
 
-def record_mini_spec(root: Path, model: Path) -> tuple[Path, Path, Path]:
-    """A spec of splade-tiny on the mini collection (:func:`write_mini_beir`), recorded by ``regress --record``
-    into ``root``: ``(spec, data root, runs folder)``."""
-    from vtrepro.core.cli import cli_entry
-    from vtrepro.regress.command import main as regress_main
-
-    data = write_mini_beir(root / "data")
-    spec = root / "mini_spec.yaml"
-    spec.write_text(f"conditions:\n  tiny:\n    model: {model}\n"
-                    "    encoder: {max_length_doc: 64, max_length_query: 16, batch_size: 2}\n"
-                    "    datasets:\n      mini:\n")
-    runs = root / "runs"
-    assert cli_entry(regress_main)(["--spec", str(spec), "--data-dir", str(data), "--runs", str(runs), "--record"]) == 0
-    return spec, data, runs
-
-
 @pytest.fixture
 def mini_beir(tmp_path: Path) -> Path:
     """A data root holding beir/mini (see ``write_mini_beir``)."""
     return write_mini_beir(tmp_path)
-
-
-def assert_one_error_line(code: int, stderr: str, *fragments: str, status: int = 2) -> str:
-    """A command failed as every vtrepro command must: exit ``status``, exactly one ``error:`` line (the
-    last on stderr; argparse's starts ``<prog>: error:``) holding every fragment, and no traceback."""
-    assert code == status, stderr
-    errors = [line for line in stderr.splitlines() if "error: " in line]
-    assert len(errors) == 1 and stderr.rstrip().endswith(errors[0]), stderr
-    assert "Traceback" not in stderr
-    for fragment in fragments:
-        assert fragment in errors[0], errors[0]
-    return errors[0]
-
-
-# Vectors of a hand-made impact collection; "q1" is a document whose id is also a query id.
-HAND_MADE_DOCS = {
-    "d1": {"paris": 30, "france": 20, escape_term("new york"): 5},
-    "d2": {"paris": 10, "texas": 40},
-    "d3": {"france": 15, "paris": 10},
-    "d4": {EMPTY_DOCUMENT_TERM: 1},
-    "q1": {"paris": 50},
-}
 
 
 @pytest.fixture(scope="session")
@@ -331,22 +285,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     repeated = repeated_encodings(basetemp, FULL_CORPUS_DOCUMENTS)
     terminalreporter.write_line("corpora of >= {} documents encoded twice: {}".format(
         FULL_CORPUS_DOCUMENTS, "; ".join(repeated) if repeated else "none"))
-
-
-def seed_spec_encodings(spec: Path, output: Path, models_dir: Path, data_dir: Path, cache: EncodeCache) -> None:
-    """Put the cache's encodings of every SPLADE condition and dataset of ``spec`` where ``regress --output
-    output`` looks for them (``<output>/<spec>/<condition>/<dataset>/``), encoding what the cache lacks."""
-    from vtrepro.data.beir import load_dataset
-    from vtrepro.model.splade import SpladeEncoder
-    from vtrepro.regress.spec import load_spec
-
-    loaded = load_spec(spec)
-    for condition in loaded.conditions:
-        encoder = SpladeEncoder(condition.model, condition.encoder, model_dir=str(models_dir))
-        for dataset_run in condition.datasets:
-            documents = load_dataset(dataset_run.name, data_dir).corpus()
-            folder = cache.folder(encoder, documents, condition.quantization)
-            cache.seed(folder, output / loaded.name / condition.name / dataset_run.name)
 
 
 @pytest.fixture(scope="session")

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_one_error_line
-from helpers import run_command, run_module, write_vectors
+from helpers import assert_one_error_line, run_command, run_module, write_vectors
 from vtrepro.core.cli import cli_entry
 from vtrepro.core.errors import VtreproError
 from vtrepro.evaluate.command import main as evaluate_main

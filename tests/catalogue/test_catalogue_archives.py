@@ -25,7 +25,7 @@ import pytest
 from test_catalogue_outputs import bundle_world, run_command, write_bundle_with  # noqa: F401  (a fixture)
 
 import vtrepro
-from conftest import assert_one_error_line
+from helpers import assert_one_error_line
 from vtrepro.bench.command import main as bench_main
 from vtrepro.core import archives
 from vtrepro.core.archives import MAX_EXTENDED_HEADER_BYTES, MAX_EXTENDED_HEADERS, MAX_LINE_BYTES, extract_zip

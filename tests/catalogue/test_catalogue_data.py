@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_catalogue import run_command, snapshot
 
-from conftest import assert_one_error_line, write_mini_beir
+from helpers import assert_one_error_line, write_mini_beir
 from vtrepro.core.errors import VtreproError
 from vtrepro.data.beir import MAX_RELEVANCE, MIN_RELEVANCE, QRELS_HEADER, load_dataset
 from vtrepro.data.texts import corpus_texts

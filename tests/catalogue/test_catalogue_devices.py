@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from test_catalogue import run_command, small_file_system, snapshot, write_vectors
 
-from conftest import assert_one_error_line
+from helpers import assert_one_error_line
 from vtrepro.bench.command import main as bench_main
 from vtrepro.core.anserini import installed_release
 from vtrepro.core.cli import cli_entry

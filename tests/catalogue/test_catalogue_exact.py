@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_one_error_line
-from helpers import run_command
+from helpers import assert_one_error_line, run_command
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import MAX_JSON_DEPTH, parse_json, read_jsonl
 from vtrepro.encode.command import encode_main

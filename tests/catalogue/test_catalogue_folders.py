@@ -15,8 +15,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from conftest import assert_one_error_line, write_mini_beir
-from helpers import run_command, write_jsonl
+from helpers import assert_one_error_line, run_command, write_jsonl, write_mini_beir
 from vtrepro.index.command import main as index_main
 from vtrepro.index.pisa import META_NAME
 from vtrepro.regress.command import main as regress_main

@@ -19,8 +19,7 @@ from typing import Callable
 import pytest
 from test_catalogue_folders import hang_guard
 
-from conftest import MINI_CORPUS
-from helpers import run_command, write_jsonl
+from helpers import MINI_CORPUS, run_command, write_jsonl
 from vtrepro.core.archives import MAX_LINE_BYTES
 from vtrepro.encode.command import encode_main as encode
 from vtrepro.evaluate.command import main as evaluate

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from test_catalogue import snapshot
 
-from conftest import assert_one_error_line
+from helpers import assert_one_error_line
 from vtrepro.core.cli import cli_entry
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.schema import MAX_YAML_BYTES, read_yaml

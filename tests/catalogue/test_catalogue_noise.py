@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_one_error_line
-from helpers import write_jsonl
+from helpers import assert_one_error_line, write_jsonl
 from vtrepro.core.java import java_version
 
 DOCUMENTS = ["heart attack causes and risk factors", "protein folding in yeast cells", "heart rate variability",

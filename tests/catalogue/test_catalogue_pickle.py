@@ -22,8 +22,7 @@ from pathlib import Path
 import pytest
 
 import vtrepro.__main__
-from conftest import MINI_CORPUS, assert_one_error_line, write_mini_beir
-from helpers import triples_recipe, write_recipe
+from helpers import MINI_CORPUS, assert_one_error_line, triples_recipe, write_mini_beir, write_recipe
 from vtrepro.core.cli import cli_entry
 from vtrepro.regress.bundle import checksum_path
 from vtrepro.training.distributed import Processes

@@ -10,7 +10,7 @@ import pytest
 from test_catalogue import run_command, snapshot
 from test_catalogue_specs import RECIPE, SPEC, edited
 
-from conftest import assert_one_error_line
+from helpers import assert_one_error_line
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.launch import Job, Shared, command_line, launch
 from vtrepro.encode.command import build_encode_parser as encode_parser

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from test_catalogue import run_command, snapshot
 
-from conftest import assert_one_error_line
+from helpers import assert_one_error_line
 from vtrepro.core.io import JSON_FILE_BYTES
 from vtrepro.regress.compare import ResultRow
 from vtrepro.report.command import main as report_main

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_one_error_line
-from helpers import run_module
+from helpers import assert_one_error_line, run_module
 from vtrepro.__main__ import command_functions
 from vtrepro.core.errors import VtreproError
 from vtrepro.regress.spec import load_spec

@@ -23,8 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import seed_spec_encodings
-from helpers import REPO_ROOT
+from helpers import REPO_ROOT, seed_spec_encodings
 
 DOCUMENTS = ("README.md", "docs/exchange.md")
 """Run in this order in one checkout: each may use what the ones before it made."""

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_one_error_line
-from helpers import ANSERINI_SEARCH, other_anserini_jar
+from helpers import ANSERINI_SEARCH, assert_one_error_line, other_anserini_jar
 from vtrepro.core.anserini import RELEASES, anserini_jar, installed_release
 from vtrepro.core.cli import cli_entry
 from vtrepro.core.java import find_java_home
@@ -158,7 +157,7 @@ def test_export_lists_its_subcommands_and_plain_export_still_means_vectors(capsy
 def test_regress_takes_a_prebuilt_index_in_place_of_encoding_and_every_figure_is_exact(splade_tiny, tmp_path):
     """Three documents: record a spec, export its index, rerun regress from the tarball and from the folder:
     vectors read back from the postings and topics have the pinned fingerprints, so every row is fixed and OK."""
-    from conftest import record_mini_spec
+    from helpers import record_mini_spec
     from vtrepro.regress.command import main as regress_main
 
     regress = cli_entry(regress_main)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "vtrepro"
 

@@ -7,8 +7,7 @@ import os
 
 import pytest
 
-from conftest import assert_one_error_line
-from helpers import run_command
+from helpers import assert_one_error_line, run_command
 from vtrepro.core.anserini import installed_release
 from vtrepro.core.errors import VtreproError
 from vtrepro.encode.reader import read_query_vectors

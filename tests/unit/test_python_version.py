@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_one_error_line
-from helpers import REPO_ROOT
+from helpers import REPO_ROOT, assert_one_error_line
 from vtrepro import MINIMUM_PYTHON
 
 OLDER_MINORS = range(6, MINIMUM_PYTHON[1])

@@ -1,22 +1,30 @@
-"""Bounded reading of compressed and archived input: the one place tar headers, lines and disk room are checked.
+"""Bounded reading of compressed and archived input: the one place tar members, checksum sidecars, lines and disk
+room are checked.
 
 Python's ``tarfile`` reads a GNU long-name (``././@LongLink``) or PAX extended header whole, at whatever size
 its header declares, before the caller sees the member: a 3 MB ``.tar.gz`` declaring a 2 GB long name took
 the process to 6.2 GB. :func:`open_tar` opens every archive vtrepro reads with :class:`BoundedTarInfo`, which
 refuses such a header from its 512-byte block, before its payload is read (and GNU sparse headers, whose maps
 are read block by block without end, and chains of extended headers, which ``tarfile`` follows by
-recursion). :func:`bounded_lines` reads lines in bounded pieces so one huge line never sits in memory;
-:func:`check_room` compares what an extraction will write with the disk's free space before it writes.
+recursion). :func:`extract_tar` is the one reader of tar members: vector bundles and prebuilt indexes both go
+through it, each with its :class:`TarRules`; :func:`check_sidecar` is the one reader of ``sha256sum``/``md5sum``
+sidecars; :func:`new_tar` opens the archives vtrepro writes. :func:`bounded_lines` reads lines in bounded pieces
+so one huge line never sits in memory; :func:`check_room` compares what an extraction will write with the
+disk's free space before it writes.
 """
 from __future__ import annotations
 
 import contextlib
+import gzip
+import hashlib
 import os
 import shutil
 import tarfile
 import zipfile
+import zlib
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterator, Protocol
+from typing import IO, Any, Callable, Iterator, Protocol
 
 from vtrepro.core.errors import VtreproError
 
@@ -159,3 +167,188 @@ def extract_zip(path: Path, target: Path, label: object, max_bytes: int) -> None
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
             with archive.open(entry) as source, open(os.open(destination, flags, 0o644), "wb") as handle:
                 shutil.copyfileobj(source, handle, COPY_BLOCK)
+
+
+# --- tar archives: the one reader of their members -----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def new_tar(handle: IO[bytes] | gzip.GzipFile, tar_format: int) -> Iterator[tarfile.TarFile]:
+    """A tar archive written into ``handle`` in ``tar_format``; the writer adds its members (what is read back is
+    checked by :func:`extract_tar`, whoever wrote it)."""
+    with tarfile.open(fileobj=handle, mode="w", format=tar_format) as archive:
+        yield archive
+
+
+def _no_problem(member: tarfile.TarInfo, first: str | None) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class TarRules:
+    """What one kind of archive may hold, and how its refusals read.
+
+    ``noun`` names the archive in refusals ("has a path that leaves the bundle"); ``kind`` says what a refused
+    archive is not and ``remedy`` what to do ("not a vtrepro bundle: fetch it again or re-export it"). Members may
+    declare at most ``budget`` bytes in all (``why`` says why that many) and be at most ``max_members``.
+    ``member_problem(member, first)`` is the kind's own check of a member's header (``first``: the first member
+    accepted, None before it), and ``max_line_bytes``, when given, bounds every line a member holds."""
+
+    noun: str
+    kind: str
+    remedy: str
+    budget: int
+    why: str
+    max_members: int
+    member_problem: Callable[[tarfile.TarInfo, str | None], str | None] = _no_problem
+    max_line_bytes: int | None = None
+
+    @property
+    def fix(self) -> str:
+        return f"{self.kind}: {self.remedy}"
+
+
+class _MemberCheck:
+    """The checks every archive's members get, in order: their number, plain files and folders only, no sparse
+    member, no path leaving the archive, the kind's own check, no name twice, the declared sizes within the budget."""
+
+    def __init__(self, path: Path, rules: TarRules, refused: str) -> None:
+        self.path, self.rules, self.refused = path, rules, refused
+        self.names: set[str] = set()
+        self.first: str | None = None
+        self.total = 0
+
+    def problem(self, member: tarfile.TarInfo) -> str | None:
+        rules, parts = self.rules, PurePosixPath(member.name).parts
+        if len(self.names) >= rules.max_members:
+            return f"is one more than the {rules.max_members} members a {rules.noun} may hold"
+        if not (member.isfile() or member.isdir()):
+            return "is not a plain file or folder (a link, device or FIFO)"
+        if member.issparse():
+            return f"is a sparse file declaring {member.size} bytes; vtrepro never writes one"
+        if not parts or member.name.startswith("/") or PurePosixPath(member.name).is_absolute() or ".." in parts:
+            return f"has a path that leaves the {rules.noun}"
+        own = rules.member_problem(member, self.first)
+        if own is not None:
+            return own
+        if member.name.rstrip("/") in self.names:
+            return "appears twice"
+        self.total += member.size
+        if self.total > rules.budget:
+            return f"brings the declared sizes to {self.total} bytes, more than the {rules.budget} allowed ({rules.why})"
+        return None
+
+    def __call__(self, member: tarfile.TarInfo) -> tarfile.TarInfo:
+        """``member``, once its header passes every check; else one refusal naming the archive and the member."""
+        problem = self.problem(member)
+        if problem is not None:
+            raise VtreproError(f"{self.path}: member {member.name!r} {problem}; {self.rules.kind} ({self.refused}): "
+                               f"{self.rules.remedy}")
+        self.names.add(member.name.rstrip("/"))
+        self.first = self.first or member.name
+        return member
+
+
+def extract_tar(path: Path, mode: str, target: Path, rules: TarRules) -> list[tarfile.TarInfo]:
+    """Extract the tar archive ``path`` (``tarfile`` ``mode``: ``"r:"``, ``"r:gz"`` or the stream ``"r|gz"``) into the
+    existing empty folder ``target`` under ``rules``; return its members.
+
+    Every header is bounded before ``tarfile`` reads what it declares (:func:`open_tar`) and checked before a byte
+    of its member is written (:class:`_MemberCheck`). An archive that can be seeked has every header checked
+    before anything is extracted, then its total checked against the disk's free space; a stream has each header
+    checked, and its size against the free space, before its own bytes. Members are streamed in blocks into files
+    created anew (``O_EXCL|O_NOFOLLOW``), never more than each declares; what is written on a refusal is the
+    caller's to remove (``target`` is a staging folder)."""
+    whole = "|" not in mode
+    check = _MemberCheck(path, rules, "refused before extracting anything" if whole else
+                         "refused before writing it; nothing was kept")
+    members: list[tarfile.TarInfo] = []
+    try:
+        with open_tar(path, mode, rules.fix) as archive:
+            if whole:
+                members = [check(member) for member in archive]
+                check_room(target, check.total, path, "extracting its members")
+                for member in members:
+                    _place(archive, member, target, path, rules)
+            else:
+                for member in archive:
+                    members.append(check(member))
+                    check_room(target, member.size, path, f"member {member.name!r}")
+                    _place(archive, member, target, path, rules)
+    except (tarfile.TarError, EOFError, gzip.BadGzipFile, zlib.error) as error:
+        raise VtreproError(f"{path}: not a readable {rules.noun} ({error}); it is damaged or truncated: "
+                           f"{rules.remedy}") from None
+    if not members:
+        raise VtreproError(f"{path}: an empty archive; {rules.fix}")
+    return members
+
+
+def _place(archive: tarfile.TarFile, member: tarfile.TarInfo, target: Path, path: Path, rules: TarRules) -> None:
+    """Make one checked member under ``target``: a folder, or a new file its bytes are streamed into."""
+    destination = target.joinpath(*PurePosixPath(member.name).parts)
+    try:
+        if member.isdir():
+            destination.mkdir(parents=True, exist_ok=True)
+            return
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        _stream(archive, member, destination, path, rules)
+    except (FileExistsError, NotADirectoryError):
+        raise VtreproError(f"{path}: member {member.name!r} collides with a file or folder of the same name; "
+                           f"{rules.fix}") from None
+
+
+def _stream(archive: tarfile.TarFile, member: tarfile.TarInfo, destination: Path, path: Path, rules: TarRules) -> None:
+    """Copy a regular member in blocks into a file created anew, verifying its size (and its lines' lengths when
+    the rules bound them) as it is written."""
+    source = archive.extractfile(member)
+    assert source is not None  # a checked regular member
+    written, open_line = 0, 0
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    with source, open(os.open(destination, flags, 0o644), "wb") as handle:
+        for block in iter(lambda: source.read(COPY_BLOCK), b""):
+            written += len(block)
+            if rules.max_line_bytes is not None:
+                open_line = line_length(block, open_line, rules.max_line_bytes)
+                if open_line > rules.max_line_bytes:
+                    raise VtreproError(f"{path}: member {member.name!r} has a line longer than {rules.max_line_bytes} "
+                                       f"bytes; {rules.fix}")
+            handle.write(block)
+    if written != member.size:
+        raise VtreproError(f"{path}: member {member.name!r} holds {written} bytes but declares {member.size}; the "
+                           f"{rules.noun} is damaged or truncated: {rules.remedy}")
+
+
+def line_length(block: bytes, carried: int, max_bytes: int = MAX_LINE_BYTES) -> int:
+    """The length of the line still open after ``block``, or more than ``max_bytes`` when a line in it (with the
+    ``carried`` open line before it) is too long; lines within one block are shorter than the cap."""
+    first = block.find(b"\n")
+    if first == -1:
+        return carried + len(block)
+    if carried + first > max_bytes:
+        return carried + first
+    return len(block) - block.rfind(b"\n") - 1
+
+
+# --- checksum sidecars -----------------------------------------------------------------------------------------
+
+
+def file_digest(path: Path, kind: str = "sha256") -> str:
+    """Hex digest (``kind``: ``sha256`` or ``md5``) of a file's bytes, read in blocks."""
+    digest = hashlib.new(kind)
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(COPY_BLOCK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_sidecar(path: Path, sidecar: Path, kind: str = "sha256") -> str:
+    """``path``'s digest (``kind``), once it equals the one ``sidecar`` records (``sha256sum``/``md5sum`` format,
+    its first word; at most 4,096 bytes read) when ``sidecar`` exists; else one error: the file is damaged."""
+    actual = file_digest(path, kind)
+    if sidecar.is_file():
+        with open(sidecar, "rb") as handle:
+            recorded = handle.read(4096).decode("utf-8", errors="replace").split()[:1]
+        if recorded != [actual]:
+            raise VtreproError(f"{path}: {kind} {actual[:12]}... does not match {sidecar} "
+                               f"({(recorded or ['nothing'])[0][:12]}...); the file is damaged or truncated: fetch it again")
+    return actual

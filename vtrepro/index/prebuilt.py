@@ -17,11 +17,12 @@ deterministic (sorted members, no time or owner, gzip without name or time), so 
 same bytes. An export folder's ``prebuilt.json`` describes every tarball in Pyserini's prebuilt-index
 metadata shape (:func:`pyserini_info`).
 
-A prebuilt index comes from elsewhere, so :func:`open_prebuilt` treats it as hostile input: the sidecar
+A prebuilt index comes from elsewhere, so :func:`open_prebuilt` treats it as hostile input, through the one
+reader of sidecars and tar members that vector bundles share (:mod:`vtrepro.core.archives`): the sidecar
 checksum (when present) is checked first; the archive is streamed once, each member's header checked
 before its bytes are written (plain files and folders only, one top folder, no path leaving it, no
 duplicate, declared sizes within :func:`~vtrepro.core.archives.expansion_allowance` and the disk's free space in all, at most
-:data:`MAX_MEMBERS`; long-name and PAX headers bounded before ``tarfile`` reads them, :mod:`vtrepro.core.archives`), into
+:data:`MAX_MEMBERS`; long-name and PAX headers bounded before ``tarfile`` reads them), into
 a staging folder renamed into place only when every file's sha256 equals ``vtrepro.json``'s record. An index
 written by a newer Lucene major than the installed one is refused in one line naming the Pyserini that reads it
 (:func:`vtrepro.core.anserini.check_readable`). The topics hold at most :data:`MAX_TOPICS` queries of at most
@@ -32,20 +33,27 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import hashlib
 import json
 import os
 import re
 import shutil
 import tarfile
 import tempfile
-import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator, Mapping
 
 from vtrepro.core.anserini import check_readable
-from vtrepro.core.archives import MAX_LINE_BYTES, bounded_lines, check_room, expansion_allowance, open_tar
+from vtrepro.core.archives import (
+    MAX_LINE_BYTES,
+    TarRules,
+    bounded_lines,
+    check_sidecar,
+    expansion_allowance,
+    extract_tar,
+    file_digest,
+    new_tar,
+)
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import JSON_FILE_BYTES, atomic_write, read_json_file, sha256_file, unsafe_character
 from vtrepro.encode.fingerprint import fingerprint_vectors
@@ -203,24 +211,16 @@ def write_prebuilt(run: PrebuiltRun, output_dir: Path, stats: Mapping[str, int],
         members += [(f"{run.name}/{name}", staging / name) for name in generated]
         with atomic_write(tarball, "wb") as handle, \
                 gzip.GzipFile(filename="", mode="wb", fileobj=handle, mtime=0) as compressed, \
-                tarfile.open(fileobj=compressed, mode="w", format=tarfile.GNU_FORMAT) as archive:
+                new_tar(compressed, tarfile.GNU_FORMAT) as archive:
             for name, path in sorted(members):
                 _add(archive, name, path)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    digests = {kind: _digest(tarball, kind) for kind in ("sha256", "md5")}
+    digests = {kind: file_digest(tarball, kind) for kind in ("sha256", "md5")}
     for kind, path in checksum_paths(tarball).items():
         with atomic_write(path) as sidecar:
             sidecar.write(f"{digests[kind]}  {tarball.name}\n")
     return pyserini_info(header, tarball, digests)
-
-
-def _digest(path: Path, kind: str) -> str:
-    digest = hashlib.new(kind)
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(COPY_BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def pyserini_info(header: Mapping[str, Any], tarball: Path, digests: Mapping[str, str]) -> dict[str, Any]:
@@ -252,29 +252,17 @@ def pyserini_info(header: Mapping[str, Any], tarball: Path, digests: Mapping[str
 
 def _check_sidecars(tarball: Path) -> str:
     """The tarball's sha256, once it equals the ``.sha256`` (and md5 the ``.md5``) written beside it, when present."""
-    digest = ""
-    for kind, sidecar in checksum_paths(tarball).items():
-        if not sidecar.is_file():
-            continue
-        actual = _digest(tarball, kind)
-        digest = actual if kind == "sha256" else digest
-        with open(sidecar, "rb") as handle:
-            recorded = handle.read(4096).decode("utf-8", errors="replace").split()[:1]
-        if recorded != [actual]:
-            raise VtreproError(f"{tarball}: {kind} {actual[:12]}... does not match {sidecar} "
-                               f"({(recorded or ['nothing'])[0][:12]}...); the file is damaged or truncated: fetch it again")
-    return digest or _digest(tarball, "sha256")
+    sidecars = checksum_paths(tarball)
+    digest = check_sidecar(tarball, sidecars["sha256"], "sha256")
+    if sidecars["md5"].is_file():
+        check_sidecar(tarball, sidecars["md5"], "md5")
+    return digest
 
 
-def _member_problem(member: tarfile.TarInfo, top: str | None) -> str | None:
-    """What makes one member unfit for a prebuilt index, or None."""
+def _member_problem(member: tarfile.TarInfo, first: str | None) -> str | None:
+    """What makes one member unfit for a prebuilt index beyond what every archive is checked for, or None."""
     path = PurePosixPath(member.name)
-    if not (member.isfile() or member.isdir()):
-        return "is not a plain file or folder (a link, device or FIFO)"
-    if member.issparse():
-        return "is a sparse file ('export index' never writes one)"
-    if path.is_absolute() or ".." in path.parts or not path.parts or member.name.startswith("/"):
-        return "has a path that leaves the archive"
+    top = PurePosixPath(first).parts[0] if first is not None else None
     if not NAME_PATTERN.fullmatch(path.parts[0]) or (top is not None and path.parts[0] != top) or \
             (len(path.parts) == 1 and not member.isdir()):
         return "lies outside the archive's one top folder"
@@ -286,59 +274,16 @@ def _member_problem(member: tarfile.TarInfo, top: str | None) -> str | None:
     return None
 
 
-def _stream(archive: tarfile.TarFile, member: tarfile.TarInfo, path: Path, tarball: Path) -> None:
-    source = archive.extractfile(member)
-    assert source is not None  # a checked regular member
-    written = 0
-    with source, open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "wb") as handle:
-        for block in iter(lambda: source.read(COPY_BLOCK), b""):
-            written += len(block)
-            handle.write(block)
-    if written != member.size:
-        raise VtreproError(f"{tarball}: member {member.name!r} holds {written} bytes but declares {member.size}; "
-                           "the tarball is damaged or truncated: fetch it again")
-
-
-def _place(archive: tarfile.TarFile, member: tarfile.TarInfo, path: Path, tarball: Path) -> None:
-    if member.isdir():
-        path.mkdir(parents=True, exist_ok=True)
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _stream(archive, member, path, tarball)
-
-
 def _extract(tarball: Path, staging: Path, max_bytes: int) -> Path:
-    """Stream every member into ``staging``, each header checked before its bytes (its declared size against
-    the tarball's allowance and the disk's free space too); return the top folder."""
-    top: str | None = None
-    names: set[str] = set()
-    total = 0
+    """Stream the tarball into ``staging`` through the one tar reader (:func:`~vtrepro.core.archives.extract_tar`:
+    each header checked before its bytes, its declared size against the tarball's allowance and the disk's free
+    space too); return the top folder."""
     allowed, why = expansion_allowance(tarball, max_bytes)
-    fix = "not a prebuilt index from 'python -m vtrepro export index' (nothing was kept): fetch it again or re-export it"
-    with open_tar(tarball, "r|gz", fix) as archive:
-        for member in archive:
-            problem = _member_problem(member, top)
-            total += member.size
-            if problem is None and member.name.rstrip("/") in names:
-                problem = "appears twice"
-            if problem is None and len(names) >= MAX_MEMBERS:
-                problem = f"is one more than the {MAX_MEMBERS} members a prebuilt index may hold"
-            if problem is None and total > allowed:
-                problem = f"brings the declared sizes to {total} bytes, more than the {allowed} allowed ({why})"
-            if problem is not None:
-                raise VtreproError(f"{tarball}: member {member.name!r} {problem}; {fix}")
-            check_room(staging, member.size, tarball, f"member {member.name!r}")
-            parts = PurePosixPath(member.name).parts
-            top = parts[0]
-            names.add(member.name.rstrip("/"))
-            try:
-                _place(archive, member, staging.joinpath(*parts), tarball)
-            except (FileExistsError, NotADirectoryError):
-                raise VtreproError(f"{tarball}: member {member.name!r} collides with a file or folder of the same "
-                                   "name; not a prebuilt index 'export index' wrote: fetch it again") from None
-    if top is None:
-        raise VtreproError(f"{tarball}: an empty archive, not a prebuilt index; fetch it again or re-export it")
-    return staging / top
+    rules = TarRules(noun="archive", kind="not a prebuilt index from 'python -m vtrepro export index'",
+                     remedy="fetch it again or re-export it", budget=allowed, why=why, max_members=MAX_MEMBERS,
+                     member_problem=_member_problem)
+    members = extract_tar(tarball, "r|gz", staging, rules)
+    return staging / PurePosixPath(members[0].name).parts[0]
 
 
 def read_header(root: Path, tarball: Path) -> dict[str, Any]:
@@ -393,11 +338,7 @@ def open_prebuilt(tarball: Path, cache_root: Path, max_bytes: int = MAX_EXTRACTE
     cache_root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=cache_root))
     try:
-        try:
-            top = _extract(tarball, staging, max_bytes)
-        except (tarfile.TarError, EOFError, gzip.BadGzipFile, zlib.error) as error:
-            raise VtreproError(f"{tarball}: not a readable .tar.gz ({error}); it is damaged or truncated: fetch it "
-                               "again or re-export it") from None
+        top = _extract(tarball, staging, max_bytes)
         header = read_header(top, tarball)
         _verify_files(top, header, tarball)
         os.replace(staging, target)

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from conftest import assert_one_error_line
+from helpers import assert_one_error_line
 from vtrepro.core.anserini import (
     RELEASES,
     anserini_jar,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import assert_one_error_line
+from helpers import assert_one_error_line
 from vtrepro.gap.command import main as gap
 from vtrepro.gap.model import model_figures
 from vtrepro.gap.units import BYTE_LEVEL

@@ -7,8 +7,7 @@ import os
 
 import pytest
 
-from conftest import assert_one_error_line
-from helpers import run_command
+from helpers import assert_one_error_line, run_command
 from vtrepro.gap.command import main as gap
 from vtrepro.gap.vocabularies import MAX_ENTRIES
 

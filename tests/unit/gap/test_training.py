@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import assert_one_error_line
+from helpers import assert_one_error_line
 from vtrepro.gap.command import main as gap
 
 

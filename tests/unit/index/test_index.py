@@ -1,7 +1,7 @@
 """Real Anserini impact indexing: documents and impacts kept, clear errors."""
 import pytest
 
-from conftest import HAND_MADE_DOCS
+from helpers import HAND_MADE_DOCS
 from vtrepro.core.errors import VtreproError
 from vtrepro.index.lucene import build_impact_index, index_stats
 

@@ -81,6 +81,6 @@ def test_checkpoint_without_mlm_head_is_error(tmp_path: Path, hub_offline: None)
         load_masked_lm(str(tmp_path))
 
 
-def test_packaged_minilm_resolves_offline():
+def test_packaged_minilm_resolves_offline() -> None:
     path = Path(resolve_model("sentence-transformers/all-MiniLM-L6-v2"))
     assert (path / "config.json").is_file()

@@ -10,7 +10,7 @@ import tarfile
 import pytest
 from ruamel.yaml import YAML
 
-from conftest import record_mini_spec
+from helpers import record_mini_spec
 from vtrepro.core.cli import cli_entry
 from vtrepro.encode import scan as scan_module
 from vtrepro.regress.bundle import checksum_path

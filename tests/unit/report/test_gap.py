@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_one_error_line
-from helpers import run_command
+from helpers import assert_one_error_line, run_command
 from vtrepro.core.errors import VtreproError
 from vtrepro.regress.compare import ResultRow
 from vtrepro.report import plots

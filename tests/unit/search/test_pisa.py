@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 import vtrepro
-from conftest import HAND_MADE_DOCS, assert_one_error_line
-from helpers import write_vectors
+from helpers import HAND_MADE_DOCS, assert_one_error_line, write_vectors
 from vtrepro.bench.command import main as bench_main
 from vtrepro.core.errors import VtreproError
 from vtrepro.encode.reader import read_query_vectors

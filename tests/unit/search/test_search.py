@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from conftest import HAND_MADE_DOCS
+from helpers import HAND_MADE_DOCS
 from vtrepro.core.errors import VtreproError
 from vtrepro.encode.vectors import escape_term
 from vtrepro.evaluate.trec import evaluate_run

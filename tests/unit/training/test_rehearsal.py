@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_one_error_line
-from helpers import run_command, write_recipe
+from helpers import assert_one_error_line, run_command, write_recipe
 from vtrepro.core.errors import VtreproError
 from vtrepro.data.beir import load_dataset
 from vtrepro.data.standins import Collection, write_beir_folder, write_hard_negatives, write_teacher_scores, write_tsv
