@@ -124,7 +124,7 @@ BUILD_AND_SEARCH = """
 import sys
 from vtrepro.core.anserini import installed_release
 from vtrepro.core.cli import cli_entry
-from vtrepro.index.lucene import main as index
+from vtrepro.index.command import main as index
 from vtrepro.search.command import main as search
 vectors, folder, queries = sys.argv[1:]
 code = cli_entry(index)(["--vectors", vectors, "--output", folder + "/index"])
