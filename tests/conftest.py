@@ -8,6 +8,7 @@ another's changes and none pays for a fresh model load.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import ctypes
 import gc
@@ -366,7 +367,5 @@ def _memory_returned_after_each_module():
     if "matplotlib.pyplot" in sys.modules:
         sys.modules["matplotlib.pyplot"].close("all")
     gc.collect()
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to hand back this way
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to hand back this way
-        pass
