@@ -29,6 +29,8 @@ from vtrepro.gap.vocabularies import Vocabulary
 logger = logging.getLogger(__name__)
 
 PARTS = ("census", "corpus", "bm25", "integrity")
+LISTED_AS = {"census": "tokenizers", "corpus": "figures", "bm25": "runs", "integrity": "tokenizers"}
+"""The key under which each part's JSON lists its entries."""
 """What a study measures, in order; each part writes ``<part>.json`` and ``<part>.md``."""
 
 
@@ -69,7 +71,7 @@ def run_study(study: Study, output: Path) -> dict[str, dict]:
     embeddings = {vocabulary.name: input_embeddings(study.model, vocabulary, study.model_dir)
                   for vocabulary in study.vocabularies} if study.model and "integrity" in study.parts else {}
     for part in corpus_parts:
-        results[part] = {"figures" if part == "corpus" else "runs" if part == "bm25" else "tokenizers": []}
+        results[part] = {LISTED_AS[part]: []}
         seconds[part] = 0.0
     for dataset in study.datasets if corpus_parts else []:
         for vocabulary in study.vocabularies:
