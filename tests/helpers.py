@@ -21,6 +21,8 @@ from typing import Any, Callable
 import yaml
 
 from vtrepro.core.cli import cli_entry
+from vtrepro.core.errors import VtreproError
+from vtrepro.core.io import JSON_FILE_BYTES, read_json_file
 from vtrepro.encode.folder import TIMINGS_NAME
 from vtrepro.encode.vectors import EMPTY_DOCUMENT_TERM, escape_term
 
@@ -223,9 +225,9 @@ def repeated_encodings(root: Path, minimum_documents: int) -> list[str]:
     ``minimum_documents`` documents count: encoding tests encode small inputs on purpose."""
     encodings: dict[str, set[str]] = {}
     for manifest_path in root.rglob("manifest.json"):
-        try:
-            manifest = json.loads(manifest_path.read_text())
-        except (OSError, ValueError):
+        try:  # the bounded reader: tests leave FIFOs and links to /dev/zero named manifest.json here on purpose
+            manifest = read_json_file(manifest_path, "a test's own file", JSON_FILE_BYTES["manifest"])
+        except VtreproError:
             continue
         if not isinstance(manifest, dict) or not manifest.get("complete") or manifest.get("documents", 0) < minimum_documents:
             continue
@@ -318,7 +320,6 @@ def write_mini_beir(root: Path) -> Path:
 def record_mini_spec(root: Path, model: Path) -> tuple[Path, Path, Path]:
     """A spec of splade-tiny on the mini collection (:func:`write_mini_beir`), recorded by ``regress --record``
     into ``root``: ``(spec, data root, runs folder)``."""
-    from vtrepro.core.cli import cli_entry
     from vtrepro.regress.command import main as regress_main
 
     data = write_mini_beir(root / "data")

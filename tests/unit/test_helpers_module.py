@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import os
 
-from helpers import REPO_ROOT
+from helpers import REPO_ROOT, repeated_encodings
+from vtrepro.encode.folder import TIMINGS_NAME
 
 TESTS = REPO_ROOT / "tests"
 
@@ -18,3 +20,13 @@ def test_no_test_imports_conftest():
             if "conftest" in names:
                 found.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
     assert not found, f"import these from helpers (tests/helpers.py), not conftest: {found}"
+
+
+def test_the_end_of_session_check_skips_hostile_manifests(tmp_path):
+    """The session summary reads every manifest.json the session left: the catalogue leaves FIFOs and links to
+    /dev/zero under that name. Before: CI's process was killed for memory reading /dev/zero after its last test."""
+    for name, plant in (("fifo", os.mkfifo), ("zero", lambda path: path.symlink_to("/dev/zero"))):
+        (tmp_path / name).mkdir()
+        plant(tmp_path / name / "manifest.json")
+        (tmp_path / name / TIMINGS_NAME).write_text("{}")
+    assert repeated_encodings(tmp_path, 0) == []
