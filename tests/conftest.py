@@ -295,11 +295,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
 def splade_tiny_run(tmp_path_factory, data_dir, models_dir, encode_cache):
     """One regression run of beir_splade_tiny per test session, from the encode cache's encodings:
     ``(args, results folder, exit code)``; the arguments are a tuple, so no test can change them."""
+    from vtrepro.core.shipped import SHIPPED_DIR
     from vtrepro.regress.command import main as regress
-    from vtrepro.regress.spec import REGRESSIONS_DIR
 
     output = tmp_path_factory.mktemp("runs")
-    spec = REGRESSIONS_DIR / "beir_splade_tiny.yaml"
+    spec = SHIPPED_DIR / "beir_splade_tiny.yaml"
     seed_spec_encodings(spec, output, models_dir, data_dir, encode_cache)
     args = ("--spec", str(spec), "--data-dir", str(data_dir),
             "--model-dir", str(models_dir), "--runs", str(output))
@@ -313,13 +313,13 @@ def exported(splade_tiny_run, data_dir, tmp_path_factory):
     """``export index`` of the session's beir_splade_tiny run, scifact only: ``(the run's folder, the output
     folder holding the tarball, its checksums and prebuilt.json)``."""
     from vtrepro.core.cli import cli_entry
+    from vtrepro.core.shipped import SHIPPED_DIR
     from vtrepro.regress.command import export_main as export
-    from vtrepro.regress.spec import REGRESSIONS_DIR
 
     _, run_root, code = splade_tiny_run
     assert code == 0
     output = tmp_path_factory.mktemp("prebuilt")
-    assert cli_entry(export)(["index", "--spec", str(REGRESSIONS_DIR / "beir_splade_tiny.yaml"), "--runs",
+    assert cli_entry(export)(["index", "--spec", str(SHIPPED_DIR / "beir_splade_tiny.yaml"), "--runs",
                               str(run_root.parent), "--datasets", "scifact", "--data-dir", str(data_dir),
                               "--output", str(output)]) == 0
     guard("exported", lambda: folder_fingerprint(output))  # the tarball, its checksums and prebuilt.json
@@ -329,11 +329,11 @@ def exported(splade_tiny_run, data_dir, tmp_path_factory):
 @pytest.fixture(scope="session")
 def bm25_flat_run(tmp_path_factory, data_dir):
     """One regression run of beir_bm25_flat per test session: ``(results folder, exit code)``."""
+    from vtrepro.core.shipped import SHIPPED_DIR
     from vtrepro.regress.command import main as regress
-    from vtrepro.regress.spec import REGRESSIONS_DIR
 
     output = tmp_path_factory.mktemp("runs")
-    code = regress(["--spec", str(REGRESSIONS_DIR / "beir_bm25_flat.yaml"), "--data-dir", str(data_dir),
+    code = regress(["--spec", str(SHIPPED_DIR / "beir_bm25_flat.yaml"), "--data-dir", str(data_dir),
                     "--output", str(output)])
     guard_run("bm25_flat_run", output / "beir_bm25_flat")
     return output / "beir_bm25_flat", code

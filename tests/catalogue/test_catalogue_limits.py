@@ -23,9 +23,10 @@ from helpers import assert_one_error_line
 from vtrepro.core.cli import cli_entry
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.schema import MAX_YAML_BYTES, read_yaml
+from vtrepro.core.shipped import RECIPES_DIR, SHIPPED_DIR
 from vtrepro.index.command import main as index_main
 from vtrepro.regress.command import main as regress_main
-from vtrepro.regress.spec import REGRESSIONS_DIR, load_spec
+from vtrepro.regress.spec import load_spec
 from vtrepro.search.command import main as search_main
 from vtrepro.search.runs import MAX_RUN_HITS, hits_per_query
 
@@ -226,7 +227,7 @@ def test_yaml_shapes_that_would_exhaust_the_reader_are_refused(case, tmp_path: P
 
 def test_small_aliases_still_work(tmp_path: Path) -> None:
     """Shared settings (``&pins``, ``<<: *pins``) as the shipped specs use them load as before."""
-    ablation = load_spec(REGRESSIONS_DIR / "vt_round_trip_ablation.yaml")
+    ablation = load_spec(SHIPPED_DIR / "vt_round_trip_ablation.yaml")
     assert {(condition.model, condition.source_build) for condition in ablation.conditions if condition.stages} == {
         ("splade-tiny", "round_trip")}  # each from the shared &round-trip block
     path = tmp_path / "spec.yaml"
@@ -253,8 +254,8 @@ def test_mlm_max_length_beyond_the_model_is_refused_before_work(tmp_path: Path, 
         assert not (tmp_path / "out").exists()
 
 
-RECIPE = (REGRESSIONS_DIR / "recipes" / "splade_tiny_nfcorpus.yaml").read_text()
-ROBERTA = (REGRESSIONS_DIR / "recipes" / "roberta_base_native.yaml").read_text()
+RECIPE = (RECIPES_DIR / "splade_tiny_nfcorpus.yaml").read_text()
+ROBERTA = (RECIPES_DIR / "roberta_base_native.yaml").read_text()
 
 
 @pytest.mark.parametrize(("text", "old", "new", "fragment"), [

@@ -70,15 +70,15 @@ def checkout(tmp_path: Path, shared_dir: Path) -> Path:
 def seed_stage_encodings(checkout: Path, data_dir: Path, models_dir: Path, encode_cache) -> None:
     """The encodings the README's stage block makes, put where its commands look: ``encode``'s folder, and
     ``regress``'s for its spec, so they resume with every shard done."""
+    from vtrepro.core.shipped import SHIPPED_DIR
     from vtrepro.data.beir import load_dataset
     from vtrepro.model.options import EncoderOptions
     from vtrepro.model.splade import SpladeEncoder
-    from vtrepro.regress.spec import REGRESSIONS_DIR
 
     encoder = SpladeEncoder("splade-tiny", EncoderOptions(), model_dir=str(models_dir))
     folder = encode_cache.folder(encoder, load_dataset("scifact", data_dir).corpus())
     encode_cache.seed(folder, checkout / "runs" / "enc" / "scifact")
-    seed_spec_encodings(REGRESSIONS_DIR / "beir_splade_tiny.yaml", checkout / "runs", models_dir, data_dir, encode_cache)
+    seed_spec_encodings(SHIPPED_DIR / "beir_splade_tiny.yaml", checkout / "runs", models_dir, data_dir, encode_cache)
 
 
 def test_the_rules_change_only_installs_and_the_suite() -> None:

@@ -3,10 +3,10 @@ import json
 
 import pytest
 
+from vtrepro.core.shipped import SHIPPED_DIR
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import read_query_vectors
 from vtrepro.regress.command import main as regress
-from vtrepro.regress.spec import REGRESSIONS_DIR
 from vtrepro.search.runs import read_trec_run
 
 pytestmark = pytest.mark.slow
@@ -93,7 +93,7 @@ def test_identity_transfer_reproduces_splade_tiny(splade_tiny_run, tmp_path, dat
     _, out_dir, _ = splade_tiny_run
     target = tmp_path / "vt_identity_splade_tiny" / "identity" / "scifact"
     shutil.copytree(out_dir / "splade-tiny" / "scifact", target, ignore=shutil.ignore_patterns("index", "run.trec"))
-    code = regress(["--spec", str(REGRESSIONS_DIR / "vt_identity_splade_tiny.yaml"), "--datasets", "scifact",
+    code = regress(["--spec", str(SHIPPED_DIR / "vt_identity_splade_tiny.yaml"), "--datasets", "scifact",
                     "--data-dir", str(data_dir), "--model-dir", str(models_dir), "--runs", str(tmp_path)])
     assert code == 0
     assert read_trec_run(target / "run.trec") == read_trec_run(out_dir / "splade-tiny" / "scifact" / "run.trec")

@@ -33,7 +33,6 @@ from vtrepro.search.runs import Bm25Options, SearchOptions
 from vtrepro.training.stages import Stage, read_stage
 from vtrepro.vocabulary.transfer import TransferOptions
 
-REGRESSIONS_DIR = SHIPPED_DIR
 INDEX_STATS = ("documents", "total_terms")
 
 _SPEC_KEYS = {"description", "defaults", "conditions", "gap"}
@@ -171,7 +170,7 @@ class Spec:
 
 def find_spec(spec: str) -> Path:
     """A spec file path, or a name (with or without .yaml) in ./regressions or the installed package's."""
-    return find_shipped(spec, REGRESSIONS_DIR, "spec")
+    return find_shipped(spec, SHIPPED_DIR, "spec")
 
 
 def _read_document(path: Path) -> CommentedMap:

@@ -5,9 +5,10 @@ from pathlib import Path
 import pytest
 
 from vtrepro.core.errors import VtreproError
+from vtrepro.core.shipped import SHIPPED_DIR
 from vtrepro.regress.command import main as regress
 from vtrepro.regress.conditions import SOURCES_DIRNAME, build_model, describe_source
-from vtrepro.regress.spec import REGRESSIONS_DIR, load_spec
+from vtrepro.regress.spec import load_spec
 
 BUILT = """\
 conditions:
@@ -32,7 +33,7 @@ def test_the_round_trip_ablation_dry_run_names_the_build_and_needs_no_script(tmp
 
 
 def test_the_shipped_ablation_builds_its_source_from_splade_tiny():
-    ablation = load_spec(REGRESSIONS_DIR / "vt_round_trip_ablation.yaml")
+    ablation = load_spec(SHIPPED_DIR / "vt_round_trip_ablation.yaml")
     transferred = [condition for condition in ablation.conditions if condition.stages]
     assert transferred and {(condition.model, condition.source_build) for condition in transferred} == {
         ("splade-tiny", "round_trip")}

@@ -11,12 +11,13 @@ import pytest
 from ruamel.yaml import YAML
 
 from vtrepro.core.errors import VtreproError
+from vtrepro.core.shipped import SHIPPED_DIR
 from vtrepro.data.availability import check_dataset_split, dataset_availability
 from vtrepro.data.beir import HUB_DATASETS, load_dataset
 from vtrepro.regress.command import main as regress
-from vtrepro.regress.spec import REGRESSIONS_DIR, load_spec
+from vtrepro.regress.spec import load_spec
 
-SPEC = REGRESSIONS_DIR / "chemteb_retrieval.yaml"
+SPEC = SHIPPED_DIR / "chemteb_retrieval.yaml"
 CORPUS = [
     {"_id": "c1", "title": "Sodium chloride", "text": "Sodium chloride is an ionic compound, the salt of sodium and chlorine."},
     {"_id": "c2", "title": "Benzene", "text": "Benzene is an aromatic hydrocarbon with a six-carbon ring."},

@@ -4,7 +4,8 @@ import textwrap
 import pytest
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.regress.spec import REGRESSIONS_DIR, find_spec, load_spec, record_observed
+from vtrepro.core.shipped import SHIPPED_DIR
+from vtrepro.regress.spec import find_spec, load_spec, record_observed
 from vtrepro.search.runs import Bm25Options
 
 VALID = """\
@@ -163,7 +164,7 @@ def test_shipped_specs_are_found_by_name_and_valid():
     from vtrepro.training.recipe import load_recipe
 
     assert load_spec("beir_bm25_flat").conditions[0].name == "bm25-flat"
-    for path in sorted(REGRESSIONS_DIR.glob("*.yaml")):
+    for path in sorted(SHIPPED_DIR.glob("*.yaml")):
         for condition in load_spec(path).conditions:
             if condition.train:  # the recipes that specs train from are valid too
                 assert load_recipe(condition.train).name == condition.train
