@@ -35,7 +35,7 @@ from vtrepro.index.lucene import index_stats, lucene_version
 from vtrepro.index.prebuilt import METADATA_NAME, PrebuiltRun, tarball_name, write_prebuilt
 from vtrepro.regress.bundle import checksum_path, write_bundle
 from vtrepro.regress.readme import ESCAPING, prebuilt_readme
-from vtrepro.regress.report import environment
+from vtrepro.regress.results_folder import environment
 from vtrepro.regress.runner import selected_runs
 from vtrepro.regress.spec import Condition, DatasetRun, Spec, load_spec
 

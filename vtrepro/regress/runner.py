@@ -48,7 +48,7 @@ from vtrepro.regress.context import RunContext
 from vtrepro.regress.cost import encoding_cost, recipe_of_trained_folder
 from vtrepro.regress.gap import MODEL_PINNED, GapBlock, gap_rows, model_rows, record_gap
 from vtrepro.regress.rehearsal import rehearsal_spec
-from vtrepro.regress.report import format_table, judged, tally, write_report
+from vtrepro.regress.results_folder import format_table, judged, tally, write_report
 from vtrepro.regress.sources import check_encoded, vector_sources
 from vtrepro.regress.spec import Condition, DatasetRun, EncodedVectors, Spec, load_spec, record_observed
 from vtrepro.report.results import (

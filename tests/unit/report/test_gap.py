@@ -163,19 +163,19 @@ def test_the_report_shows_the_section_and_writes_its_figures(tmp_path, capsys, n
 
 
 def test_regress_writes_the_section_into_its_own_report(tmp_path, monkeypatch, no_drawing, caplog):
-    from vtrepro.regress import report as regress_report
+    from vtrepro.regress import results_folder
     from vtrepro.regress.spec import load_spec
 
-    monkeypatch.setattr(regress_report, "environment", lambda: {"python": "3"})  # no torch imported for a version
+    monkeypatch.setattr(results_folder, "environment", lambda: {"python": "3"})  # no torch imported for a version
     out = write_gap(tmp_path / "regress", {"corpus.json": CORPUS})
     spec, rows = load_spec("beir_bm25_flat"), [ResultRow(**row) for row in RESULTS["rows"]]
-    regress_report.write_report(spec, rows, {}, out, ["--spec", "beir_bm25_flat"], {}, train_root=tmp_path / "train")
+    results_folder.write_report(spec, rows, {}, out, ["--spec", "beir_bm25_flat"], {}, train_root=tmp_path / "train")
     assert "## Vocabulary gap\n" in (out / "report.md").read_text()
     assert (out / "figures" / "gap-matches.svg").read_bytes() == b"<svg stub/>"
     (out / "gap" / "corpus.json").write_text('{"figures": 3}')  # a bad gap file costs regress the section, not its record
     (out / RESULTS_NAME).unlink()
     with caplog.at_level(logging.WARNING):
-        regress_report.write_report(spec, rows, {}, out, ["--spec", "beir_bm25_flat"], {}, train_root=tmp_path / "train")
+        results_folder.write_report(spec, rows, {}, out, ["--spec", "beir_bm25_flat"], {}, train_root=tmp_path / "train")
     assert (out / RESULTS_NAME).is_file() and "Vocabulary gap" not in (out / "report.md").read_text()
     assert "corpus.json: figures: expected a JSON list, got an integer" in caplog.text
 

@@ -1,5 +1,6 @@
-"""A regression's record: the terminal table, ``results.json`` and ``results.csv``, the environment they
-record, and the comparison report of the run (:mod:`vtrepro.report`)."""
+"""A regression's results folder (``runs/<spec>/``), written: ``results.json`` and ``results.csv`` with the
+environment they record, the comparison report of the run (:mod:`vtrepro.report`), and the terminal table.
+The report reads the folder back through :mod:`vtrepro.report.results`."""
 from __future__ import annotations
 
 import importlib.metadata as metadata
