@@ -47,10 +47,10 @@ from vtrepro.regress.conditions import ConditionRunner, describe_source
 from vtrepro.regress.context import RunContext
 from vtrepro.regress.cost import encoding_cost, recipe_of_trained_folder
 from vtrepro.regress.gap import MODEL_PINNED, GapBlock, gap_rows, model_rows, record_gap
-from vtrepro.regress.rehearsal import rehearsal_spec
 from vtrepro.regress.results_folder import format_table, judged, tally, write_report
 from vtrepro.regress.sources import check_encoded, vector_sources
 from vtrepro.regress.spec import Condition, DatasetRun, EncodedVectors, Spec, load_spec, record_observed
+from vtrepro.regress.spec_rehearsal import rehearsal_spec
 from vtrepro.report.results import (
     NOT_OK,
     STATUS_ERROR,
@@ -253,7 +253,7 @@ def run_regression(spec: Spec, context: RunContext, dry_run: bool = False,
 
 def rehearse_spec(spec: Spec, runs: Path, datasets: str | None, model_dir: str | None,
                   refused: dict[str, bool]) -> tuple[Spec, tuple[Rehearsal, list[str]]]:
-    """The rehearsal of ``spec`` (:mod:`vtrepro.regress.rehearsal`) under ``runs``: its rewritten spec, loaded,
+    """The rehearsal of ``spec`` (:mod:`vtrepro.regress.spec_rehearsal`) under ``runs``: its rewritten spec, loaded,
     and the rehearsal with the real run's cost (for ``rehearsal.json``); the run then reads the rehearsal's
     ``data_dir`` and ``model_dir``. ``refused``: the flags given that have no meaning on stand-ins (flag ->
     given). What was replaced and the real run's cost are printed first."""
