@@ -1,7 +1,7 @@
 """Rehearsals: a recipe run end to end at miniature size, before anyone spends a GPU-hour on it.
 
 ``train --recipe NAME --rehearse`` runs every stage and the training of the recipe as shipped, with three
-changes, all printed: each model it names is a stand-in (:mod:`vtrepro.training.standins`), each data file
+changes, all printed: each model it names is a stand-in (:mod:`vtrepro.training.standin_models`), each data file
 and dataset a miniature one in its published format (:mod:`vtrepro.data.standins`), and its steps, batch
 sizes and lengths scaled down (:data:`SCALED`). Every reader, stage, loss and checkpoint the real run meets
 runs; only sizes and weights differ. The run folder is written as a real one is, with ``rehearsal.json``
@@ -29,7 +29,7 @@ from vtrepro.data.standins import (
 )
 from vtrepro.training.inputs import required_inputs
 from vtrepro.training.recipe import DataOptions, PairsData, Recipe, find_recipe, load_recipe
-from vtrepro.training.standins import write_standin_model
+from vtrepro.training.standin_models import write_standin_model
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from vtrepro.regress.command import main as regress
 from vtrepro.training.command import train_main as train
 from vtrepro.training.data import msmarco_training_set
 from vtrepro.training.rehearsal import Rehearsal, rehearsal_recipe
-from vtrepro.training.standins import standin_family, write_standin_model
+from vtrepro.training.standin_models import standin_family, write_standin_model
 
 
 def test_a_standin_beir_folder_reads_as_beir(tmp_path: Path) -> None:
