@@ -20,8 +20,8 @@ from vtrepro.vocabulary.matching import (
     token_forms,
     vocabulary_scheme,
 )
-from vtrepro.vocabulary.tables import as_matrix, as_table
 from vtrepro.vocabulary.topology import DEFAULT_CHUNK_SIZE, combine_rows, sparse_matrix, topology_weights
+from vtrepro.vocabulary.weight_tables import as_matrix, as_table
 
 # torch and transformers are imported inside the functions, so importing this module stays fast (see transfer.py).
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from vtrepro.core.errors import VtreproError
 from vtrepro.model.loading import load_masked_lm
 from vtrepro.vocabulary.matching import ROLES, special_ids, special_roles, tokenizer_spec
-from vtrepro.vocabulary.tables import install_vocabulary, vocabulary_tables
+from vtrepro.vocabulary.weight_tables import install_vocabulary, vocabulary_tables
 
 # torch, transformers and tokenizers are imported inside the functions, so importing this module stays fast
 # (see transfer.py).

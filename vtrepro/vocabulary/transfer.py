@@ -43,9 +43,9 @@ from vtrepro.vocabulary.presets import (
     set_authors_config_ids,
     transfer_choices,
 )
-from vtrepro.vocabulary.tables import install_vocabulary, known_rows, vocabulary_tables
 from vtrepro.vocabulary.target import find_reference, load_reference, load_tokenizer
 from vtrepro.vocabulary.topology import DEFAULT_CHUNK_SIZE
+from vtrepro.vocabulary.weight_tables import install_vocabulary, known_rows, vocabulary_tables
 
 # torch, transformers and tokenizers are imported where they are used, on purpose: `--help`, argument
 # errors and the spec and recipe loaders (which import INITS and SIMILARITIES) stay fast. The modules
