@@ -178,7 +178,7 @@ def tiny_encoder(splade_tiny: Path):
     """One loaded splade-tiny SpladeEncoder per test session (max_length_doc 256, the dense projection: the
     reference the screened one is compared with), guarded: a test that changes it fails, and a deep copy made
     at load restores it in place for the next."""
-    from vtrepro.model.options import EncoderOptions
+    from vtrepro.model.encoder_options import EncoderOptions
     from vtrepro.model.splade import SpladeEncoder
 
     encoder = SpladeEncoder(splade_tiny, EncoderOptions(max_length_doc=256, projection="dense"))

@@ -13,7 +13,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from helpers import write_sub_collection
 from vtrepro.data.beir import load_dataset
-from vtrepro.model.options import EncoderOptions
+from vtrepro.model.encoder_options import EncoderOptions
 from vtrepro.model.splade import SpladeEncoder
 from vtrepro.regress.command import main as regress
 from vtrepro.vocabulary.calibrate import activity, pooled_logits

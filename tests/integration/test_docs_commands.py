@@ -72,7 +72,7 @@ def seed_stage_encodings(checkout: Path, data_dir: Path, models_dir: Path, encod
     ``regress``'s for its spec, so they resume with every shard done."""
     from vtrepro.core.shipped import SHIPPED_DIR
     from vtrepro.data.beir import load_dataset
-    from vtrepro.model.options import EncoderOptions
+    from vtrepro.model.encoder_options import EncoderOptions
     from vtrepro.model.splade import SpladeEncoder
 
     encoder = SpladeEncoder("splade-tiny", EncoderOptions(), model_dir=str(models_dir))

@@ -155,7 +155,7 @@ def test_pyserini_reproduces_the_regression_run_from_its_queries_jsonl(splade_ti
 
 @pytest.mark.slow
 def test_pyserini_reproduces_the_regression_run_encoding_the_query_texts(splade_tiny_run, splade_tiny, pyserini_search):
-    from vtrepro.model.options import EncoderOptions
+    from vtrepro.model.encoder_options import EncoderOptions
 
     folder = splade_tiny_run[1] / "splade-tiny" / "scifact"
     recorded = read_query_vectors(folder / "queries.jsonl")

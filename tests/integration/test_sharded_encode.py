@@ -12,7 +12,7 @@ import pytest
 from vtrepro.core.launch import Job, Shared, command_line
 from vtrepro.encode.fingerprint import fingerprint_folder
 from vtrepro.index.lucene import build_impact_index
-from vtrepro.model.options import EncoderOptions
+from vtrepro.model.encoder_options import EncoderOptions
 
 pytestmark = pytest.mark.slow
 DOCUMENTS, SHARD = 240, 40  # 6 shards of whole sort windows: each process encodes its own windows

@@ -347,8 +347,8 @@ def test_every_default_length_is_declared_once():
     (``EncoderOptions``: encode, specs, calibrate, the IDF query encoder), a recipe's training lengths
     (``TrainingOptions``) and MLM's block length (``MlmOptions``); everything else reads them."""
     assert length_defaults() == [
-        "option vtrepro.model.options.EncoderOptions.max_length_doc = 512",
-        "option vtrepro.model.options.EncoderOptions.max_length_query = 64",
+        "option vtrepro.model.encoder_options.EncoderOptions.max_length_doc = 512",
+        "option vtrepro.model.encoder_options.EncoderOptions.max_length_query = 64",
         "option vtrepro.training.mlm.MlmOptions.max_length = 128",
         "option vtrepro.training.recipe.TrainingOptions.max_length_doc = 256",
         "option vtrepro.training.recipe.TrainingOptions.max_length_query = 32",

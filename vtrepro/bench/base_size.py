@@ -15,8 +15,8 @@ from pathlib import Path
 from vtrepro.bench.machine import machine_line
 from vtrepro.core.errors import EXIT_OK
 from vtrepro.data.beir import load_dataset
+from vtrepro.model.encoder_options import EncoderOptions
 from vtrepro.model.loading import resolve_model
-from vtrepro.model.options import EncoderOptions
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 WARM_UP_DOCUMENTS = 8

@@ -46,7 +46,7 @@ from vtrepro.core.cli import (
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output
 from vtrepro.encode.folder import EncodedFolder
-from vtrepro.model.options import EncoderOptions
+from vtrepro.model.encoder_options import EncoderOptions
 from vtrepro.search.runs import ENGINES, SearchOptions
 
 # Each benchmark's module is imported once it is chosen, on purpose: torch, transformers, Anserini and

@@ -20,8 +20,8 @@ import numpy as np
 from vtrepro.bench.machine import machine_line
 from vtrepro.core.errors import EXIT_MISMATCH, EXIT_OK
 from vtrepro.data.beir import load_dataset
+from vtrepro.model.encoder_options import EncoderOptions
 from vtrepro.model.loading import resolve_model
-from vtrepro.model.options import EncoderOptions
 
 # torch and the encoders (transformers) are imported where they are used, on purpose: `--help` and
 # argument errors stay fast.

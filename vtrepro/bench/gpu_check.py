@@ -130,7 +130,7 @@ def bfloat16_agreement(check: Check, figures: Figures) -> None:
     import numpy as np
 
     from vtrepro.data.beir import load_dataset
-    from vtrepro.model.options import EncoderOptions
+    from vtrepro.model.encoder_options import EncoderOptions
     from vtrepro.model.splade import SpladeEncoder
 
     size = check.size

@@ -44,8 +44,8 @@ from vtrepro.encode.shards import (
 )
 from vtrepro.encode.vectors import Quantization
 from vtrepro.encode.writer import _start_processes, encode_corpus
+from vtrepro.model.encoder_options import EncoderOptions
 from vtrepro.model.loading import find_model, resolve_model
-from vtrepro.model.options import EncoderOptions
 
 
 def build_fingerprint_parser() -> argparse.ArgumentParser:

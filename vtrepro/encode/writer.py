@@ -39,8 +39,8 @@ from vtrepro.encode.shards import (
     write_shard,
 )
 from vtrepro.encode.vectors import EMPTY_DOCUMENT_TERM, Quantization, escaped_vocabulary
+from vtrepro.model.encoder_options import EncoderOptions
 from vtrepro.model.identity import model_fingerprint
-from vtrepro.model.options import EncoderOptions
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from vtrepro.core.cli import (
     number_in,
 )
 from vtrepro.core.schema import MAX_TEXT_TOKENS
-from vtrepro.model.options import IDF_NAME, EncoderOptions
+from vtrepro.model.encoder_options import IDF_NAME, EncoderOptions
 
 EXPORT_MODEL = "a sentence-transformers SparseEncoder folder with a model card"
 """``export model`` in one line (its help and description)."""

@@ -17,8 +17,8 @@ from huggingface_hub import hf_hub_download
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import JSON_FILE_BYTES, read_json_file, write_json
 from vtrepro.core.progress import Progress
+from vtrepro.model.encoder_options import IDF_NAME, EncoderOptions
 from vtrepro.model.loading import resolve_model
-from vtrepro.model.options import IDF_NAME, EncoderOptions
 
 # transformers is imported where a tokenizer is loaded, on purpose: training code imports this module and
 # `train --help` stays fast.

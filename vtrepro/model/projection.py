@@ -49,7 +49,7 @@ import torch
 from torch import Tensor, nn
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.model.options import SCREENS
+from vtrepro.model.encoder_options import SCREENS
 
 logger = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from vtrepro.index.lucene import index_errors, verified_index
 from vtrepro.search.runs import Run, top_hits
 
 if TYPE_CHECKING:
-    from vtrepro.model.options import EncoderOptions
+    from vtrepro.model.encoder_options import EncoderOptions
 
 OPENAI_KEY_VARIABLE = "OPENAI_API_KEY"
 PLACEHOLDER_OPENAI_KEY = "unused-by-vtrepro"
@@ -129,7 +129,7 @@ class QueryVectors:
                    idf: bool = False) -> QueryVectors:
         """Load ``model`` (a folder, a name under ``model_dir``, or a Hub id) as a spec would with its
         ``encoder:`` options; ``idf``: the model's inference-free IDF query side (``query_encoder: idf``)."""
-        from vtrepro.model.options import EncoderOptions
+        from vtrepro.model.encoder_options import EncoderOptions
 
         options = options if options is not None else EncoderOptions()
         if idf:

@@ -16,7 +16,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from vtrepro.core.options import Options, option
 from vtrepro.core.schema import MAX_BATCH_SIZE, MAX_TEXT_TOKENS, Checker, Field, read_mapping_file
 from vtrepro.core.shipped import RECIPES_DIR, find_shipped
-from vtrepro.model.options import EncoderOptions
+from vtrepro.model.encoder_options import EncoderOptions
 from vtrepro.search.runs import MAX_K
 from vtrepro.training.mlm import DTYPES, OLD_DTYPES
 from vtrepro.training.stages import STAGE_OPTIONS, Stage, read_stage

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from vtrepro.model.options import EncoderOptions
+from vtrepro.model.encoder_options import EncoderOptions
 from vtrepro.model.splade import mlm_head_transform, splade_activation
 
 if TYPE_CHECKING:

@@ -19,8 +19,8 @@ from vtrepro.core.cli import (
     positive_int,
 )
 from vtrepro.core.io import check_output
+from vtrepro.model.encoder_options import EncoderOptions
 from vtrepro.model.loading import resolve_model
-from vtrepro.model.options import EncoderOptions
 from vtrepro.vocabulary import calibrate, transfer
 from vtrepro.vocabulary.calibrate import MAX_DOCS, CalibrationOptions, run_calibration
 from vtrepro.vocabulary.topology import DEFAULT_CHUNK_SIZE

@@ -14,7 +14,7 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.launch import Job, Shared, command_line, launch
 from vtrepro.encode.command import build_encode_parser as encode_parser
 from vtrepro.encode.vectors import Quantization
-from vtrepro.model.options import EncoderOptions
+from vtrepro.model.encoder_options import EncoderOptions
 from vtrepro.training import command as training_command
 from vtrepro.training import mlm
 from vtrepro.training.stages import Stage, stage_job

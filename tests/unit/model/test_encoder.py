@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.model.options import EncoderOptions
+from vtrepro.model.encoder_options import EncoderOptions
 from vtrepro.model.splade import SpladeEncoder, splade_activation
 
 MAX_LENGTH_DOC = 48

@@ -98,7 +98,7 @@ def test_inference_free_model_trains_indexes_and_evaluates_on_scifact(tmp_path: 
     from vtrepro.encode.writer import encode_corpus
     from vtrepro.evaluate.trec import evaluate_run
     from vtrepro.index.lucene import build_impact_index
-    from vtrepro.model.options import EncoderOptions
+    from vtrepro.model.encoder_options import EncoderOptions
     from vtrepro.model.splade import SpladeEncoder
     from vtrepro.search.lucene import search_impact
     from vtrepro.training.recipe import load_recipe

@@ -29,7 +29,7 @@ import json, sys
 import numpy as np, torch
 from vtrepro.data.beir import load_dataset
 from vtrepro.model.projection import ROW_LEVELS
-from vtrepro.model.options import EncoderOptions
+from vtrepro.model.encoder_options import EncoderOptions
 from vtrepro.model.splade import SpladeEncoder
 
 generator = torch.Generator().manual_seed(0)

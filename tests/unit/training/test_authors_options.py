@@ -18,7 +18,7 @@ import torch
 import helpers
 from helpers import write_recipe
 from vtrepro.core.errors import VtreproError
-from vtrepro.model.options import EncoderOptions
+from vtrepro.model.encoder_options import EncoderOptions
 from vtrepro.model.splade import ACTIVATION_FILE, SpladeEncoder, check_activation, recorded_activation, write_activation
 from vtrepro.training import losses
 from vtrepro.training.recipe import load_recipe

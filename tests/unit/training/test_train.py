@@ -306,7 +306,7 @@ def test_flops_regularization_lowers_active_terms(tmp_path, splade_tiny, nfcorpu
 
 @pytest.mark.slow  # over 1.5 s (AVX-512 EPYC): keeps the fast tier under 90 s
 def test_mlm_adaptation_lowers_loss_and_saves_a_loadable_model(tmp_path, splade_tiny, data_dir) -> None:
-    from vtrepro.model.options import EncoderOptions
+    from vtrepro.model.encoder_options import EncoderOptions
     from vtrepro.model.splade import SpladeEncoder
     from vtrepro.training.mlm import MlmOptions, run_mlm
 

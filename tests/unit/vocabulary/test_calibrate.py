@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from vtrepro.data.beir import load_dataset
-from vtrepro.model.options import EncoderOptions
+from vtrepro.model.encoder_options import EncoderOptions
 from vtrepro.model.splade import SpladeEncoder
 from vtrepro.vocabulary.calibrate import (
     CALIBRATION_REPORT,

@@ -24,8 +24,8 @@ from transformers import (
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.data.beir import load_dataset
+from vtrepro.model.encoder_options import EncoderOptions
 from vtrepro.model.loading import load_masked_lm
-from vtrepro.model.options import EncoderOptions
 from vtrepro.model.splade import SpladeEncoder
 from vtrepro.vocabulary.command import transfer_main as main
 from vtrepro.vocabulary.leaveout import make_leaveout_source

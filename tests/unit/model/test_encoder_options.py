@@ -9,7 +9,7 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.schema import MAX_BATCH_SIZE, MAX_TEXT_TOKENS, Checker, read_yaml
 from vtrepro.encode.command import build_encode_parser as build_parser
 from vtrepro.encode.vectors import MAX_SCALE, MIN_SCALE, Quantization
-from vtrepro.model.options import MAX_SORT_WINDOW, PRECISIONS, PROJECTIONS, EncoderOptions
+from vtrepro.model.encoder_options import MAX_SORT_WINDOW, PRECISIONS, PROJECTIONS, EncoderOptions
 
 REQUIRED_ARGUMENTS = ["--model", "m", "--corpus", "c.jsonl", "--output", "out"]
 
