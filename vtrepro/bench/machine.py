@@ -6,7 +6,7 @@ import os
 import resource
 from pathlib import Path
 
-from vtrepro.core.machine import cpu_model
+from vtrepro.core.processor import cpu_model
 
 
 def machine_line(with_torch: bool = False) -> str:

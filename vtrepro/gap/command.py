@@ -229,7 +229,7 @@ def run_model_part(args: argparse.Namespace) -> int:
 
 def run_training_part(args: argparse.Namespace) -> int:
     """The ``training`` part: every log's curves into ``training.json``, ``training.md``, ``.png`` and ``.svg``."""
-    from vtrepro.core.machine import cpu_model
+    from vtrepro.core.processor import cpu_model
     from vtrepro.gap.study import training_markdown
     from vtrepro.gap.training import check_one_recipe, draw_curves, read_training_log, summary
 

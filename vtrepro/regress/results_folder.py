@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from vtrepro.core.anserini import anserini_version
 from vtrepro.core.io import JSON_FILE_BYTES, check_fields, read_json_file, read_jsonl
-from vtrepro.core.machine import cpu_model
+from vtrepro.core.processor import cpu_model
 from vtrepro.regress.spec import Spec
 from vtrepro.report.render import build_report, figure_text, hold_interrupts, report_files, write_files
 from vtrepro.report.results import (

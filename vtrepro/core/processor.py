@@ -1,5 +1,5 @@
-"""What machine a figure was measured on: the processor's model name, read in one place for the
-benchmarks' machine line and a regression's recorded environment."""
+"""The processor a figure was measured on: its model name, read in one place for the benchmarks' machine
+line (:mod:`vtrepro.bench.machine`) and a regression's recorded environment."""
 from __future__ import annotations
 
 import platform
