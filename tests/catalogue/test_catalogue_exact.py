@@ -272,7 +272,7 @@ def test_a_queries_line_that_would_exhaust_the_parser_is_one_line(line, expected
 ])
 def test_a_pairs_file_that_would_exhaust_or_misread_is_one_line(data, expected, tmp_path):
     """Before: invalid UTF-8 in the first 4 KB and deep nests ended in exit 3."""
-    from vtrepro.training.data import PairsSource, _read_pairs
+    from vtrepro.training.examples import PairsSource, _read_pairs
 
     path = tmp_path / "pairs.json"
     path.write_bytes(data)
@@ -283,7 +283,7 @@ def test_a_pairs_file_that_would_exhaust_or_misread_is_one_line(data, expected, 
 
 
 def test_a_pairs_fifo_never_blocks(tmp_path):
-    from vtrepro.training.data import PairsSource, _read_pairs
+    from vtrepro.training.examples import PairsSource, _read_pairs
 
     os.mkfifo(tmp_path / "pairs.jsonl")
     source = PairsSource(path=tmp_path / "pairs.jsonl", hub=None, split="train", fields=("query", "positive"))

@@ -23,7 +23,7 @@ from vtrepro.data.texts import dataset_or_file_texts
 from vtrepro.model.idf import IDF_NAME, IdfQueryEncoder, read_idf_table
 from vtrepro.model.loading import load_masked_lm
 from vtrepro.model.splade import write_activation
-from vtrepro.training import data as training_data
+from vtrepro.training import examples as training_examples
 from vtrepro.training import losses
 from vtrepro.training.distributed import Processes, rng_state, set_rng_state
 from vtrepro.training.recipe import BeirData, MsmarcoData, PairsData, Recipe, TriplesData
@@ -50,22 +50,22 @@ def build_training_set(recipe: Recipe, data_dir, cache_dir: Path):
     """The recipe's training examples (BM25 negatives mined into ``cache_dir`` once)."""
     data = recipe.data
     if isinstance(data, TriplesData):
-        return training_data.TriplesTrainingSet(data_path(data.path, data_dir))
+        return training_examples.TriplesTrainingSet(data_path(data.path, data_dir))
     if isinstance(data, PairsData):
-        source = training_data.PairsSource(
+        source = training_examples.PairsSource(
             data_path(data.path, data_dir) if data.path else None, data.hub, data.split,
             (data.query_field, data.document_field), data.max_examples, data.held_out)
-        return training_data.pairs_training_set(source, recipe.training.seed)
+        return training_examples.pairs_training_set(source, recipe.training.seed)
     if isinstance(data, BeirData):
-        pairs_from = training_data.BeirPairs(data.negatives, data.mining, data.depth, data.min_relevance)
-        examples = training_data.beir_training_set(data.dataset, data_dir, data.split, pairs_from, cache_dir)
+        pairs_from = training_examples.BeirPairs(data.negatives, data.mining, data.depth, data.min_relevance)
+        examples = training_examples.beir_training_set(data.dataset, data_dir, data.split, pairs_from, cache_dir)
     else:
         assert isinstance(data, MsmarcoData)
-        examples = training_data.msmarco_training_set(
+        examples = training_examples.msmarco_training_set(
             data_path(data.hard_negatives, data_dir), data_path(data.collection, data_dir),
             data_path(data.queries, data_dir), data.negatives, data.systems, data.per_system)
     if data.teacher:
-        examples = training_data.with_teacher(examples, data_path(data.teacher, data_dir))
+        examples = training_examples.with_teacher(examples, data_path(data.teacher, data_dir))
     return examples
 
 
@@ -181,7 +181,7 @@ class Trainer:
     def compute(self, step: int) -> tuple[Tensor, dict[str, float]]:
         """Loss of 0-based ``step`` over the global batch, and its metrics."""
         training, config, processes = self.training, self.loss_config, self.processes
-        examples = training_data.batch_examples(self.data, step, training.batch_size, training.seed,
+        examples = training_examples.batch_examples(self.data, step, training.batch_size, training.seed,
                                   (processes.rank, processes.world))
         queries = [example.query for example in examples]
         documents = [self._tokenize([text for example in examples for text in example.documents],

@@ -16,7 +16,7 @@ import pytest
 import vtrepro.core.pickled as pickled
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.pickled import read_plain_pickle
-from vtrepro.training.data import read_teacher_scores
+from vtrepro.training.examples import read_teacher_scores
 
 SCORES = {1185869: {8841662: 5.9, 2: -7.25}, 1185868: {7: 0.5}}
 """The published layout: integer query ids to integer passage ids to float scores."""

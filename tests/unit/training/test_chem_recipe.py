@@ -11,7 +11,7 @@ from ruamel.yaml import YAML
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.shipped import RECIPES_DIR
 from vtrepro.training.command import train_main as train
-from vtrepro.training.data import PairsSource, batch_examples, pairs_training_set
+from vtrepro.training.examples import PairsSource, batch_examples, pairs_training_set
 from vtrepro.training.recipe import load_recipe
 
 CHEM = RECIPES_DIR / "chem_splade.yaml"

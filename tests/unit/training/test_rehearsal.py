@@ -15,7 +15,7 @@ from vtrepro.data.beir import load_dataset
 from vtrepro.data.standins import Collection, write_beir_folder, write_hard_negatives, write_teacher_scores, write_tsv
 from vtrepro.regress.command import main as regress
 from vtrepro.training.command import train_main as train
-from vtrepro.training.data import msmarco_training_set
+from vtrepro.training.examples import msmarco_training_set
 from vtrepro.training.rehearsal import Rehearsal, rehearsal_recipe
 from vtrepro.training.standin_models import standin_family, write_standin_model
 

@@ -12,7 +12,7 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.index import lucene
 from vtrepro.regress.spec import load_spec
 from vtrepro.training import command as training_command
-from vtrepro.training import data, mlm
+from vtrepro.training import examples, mlm
 from vtrepro.training.recipe import load_recipe
 from vtrepro.training.stages import STAGE_OPTIONS
 from vtrepro.vocabulary import calibrate, initialize, transfer
@@ -54,7 +54,7 @@ OLD_SPELLING_FINGERPRINT = "24d05aa53c2f0b2e632039e4acf8c941ad395656274b49c0f2ed
 
 @pytest.mark.parametrize("function", [
     transfer.run_transfer, transfer.transfer_vocabulary, initialize.initialize_new, calibrate.run_calibration,
-    calibrate.calibrate_bias, mlm.run_mlm, mlm.train_mlm, data.beir_training_set, lucene._run_indexer,
+    calibrate.calibrate_bias, mlm.run_mlm, mlm.train_mlm, examples.beir_training_set, lucene._run_indexer,
 ])
 def test_no_run_function_takes_more_than_eight_parameters(function) -> None:
     assert len(inspect.signature(function).parameters) <= 8

@@ -24,7 +24,8 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import read_jsonl
 from vtrepro.core.launch import Job, command_line
 from vtrepro.training.command import train_main as main
-from vtrepro.training.data import (
+from vtrepro.training.distributed import Processes, rng_state, set_rng_state
+from vtrepro.training.examples import (
     PairTrainingSet,
     TriplesTrainingSet,
     batch_examples,
@@ -32,7 +33,6 @@ from vtrepro.training.data import (
     read_teacher_scores,
     with_teacher,
 )
-from vtrepro.training.distributed import Processes, rng_state, set_rng_state
 from vtrepro.training.recipe import load_recipe
 from vtrepro.training.run_folder import (
     LOG_NAME,
