@@ -12,7 +12,7 @@ from vtrepro.core.cli import add_path, add_renamed, command_parser
 from vtrepro.encode.command import build_fingerprint_parser as fingerprint_parser
 from vtrepro.encode.command import fingerprint_main as fingerprint
 from vtrepro.evaluate.command import build_parser as evaluate_parser
-from vtrepro.flags import RETIRED, all_flags, command_flags, command_parsers, conflicts, markdown, shared
+from vtrepro.flag_audit import RETIRED, all_flags, command_flags, command_parsers, conflicts, markdown, shared
 from vtrepro.index.command import build_parser as index_parser
 from vtrepro.regress.command import build_export_parser as export_parser
 from vtrepro.regress.command import build_parser as regress_parser
@@ -30,7 +30,7 @@ def test_every_command_and_subcommand_has_a_parser():
     commands = [name for name, _ in command_parsers()]
     for expected in ("transfer", "calibrate", "encode", "fingerprint", "index", "search", "evaluate", "regress",
                      "export vectors", "export index", "export model", "report", "mlm", "train", "bench encode",
-                     "bench search", "bench scale", "bench transfer", "bench base-size", "bench gpu-check"):
+                     "bench search", "bench scale", "bench transfer", "bench base-size", "scripts/gpu_check.sh"):
         assert expected in commands
 
 
@@ -67,7 +67,7 @@ def test_an_old_spelling_declared_anew_and_an_untyped_path_are_caught():
 
 def test_docs_flags_md_is_what_the_parsers_give():
     assert (REPO_ROOT / "docs" / "flags.md").read_text(encoding="utf-8") == markdown(), \
-        "regenerate it: python -m vtrepro.flags > docs/flags.md"
+        "regenerate it: python -m vtrepro.flag_audit > docs/flags.md"
 
 
 def test_the_renaming_mechanism_keeps_the_new_flags_type_requirement_and_group(caplog):

@@ -196,7 +196,8 @@ def _default_model(model: str | None) -> str:
 
 
 def build_gpu_check_parser() -> argparse.ArgumentParser:
-    parser = command_parser("bench gpu-check", gpu_check.__doc__)
+    parser = command_parser("", gpu_check.__doc__)
+    parser.prog = "scripts/gpu_check.sh"  # the check's one command line: it is no subcommand of bench
     parser.add_argument("--cpu", action="store_true", help="the same parts at a tiny size on the CPU (a test runs it)")
     parser.add_argument("--model", metavar="MODEL", help="SPLADE model folder (default: splade-tiny under --model-dir)")
     add_model_dir(parser)

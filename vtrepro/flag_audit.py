@@ -1,6 +1,7 @@
-"""Every command's flags, read from the parsers themselves: one meaning per name, one name per meaning.
+"""The flag audit: every command's flags, read from the parsers themselves, checked for one meaning per name
+and one name per meaning, and written as the table of docs/flags.md.
 
-``python -m vtrepro.flags > docs/flags.md`` writes the table of the flags two or more commands share (the
+``python -m vtrepro.flag_audit > docs/flags.md`` writes the table of the flags two or more commands share (the
 flag test, ``tests/unit/test_flags.py``, fails when docs/flags.md differs from it). Each command builds its
 parser in ``build_parser()`` (``bench`` and ``export`` with a parser per subcommand), so the flags are read
 without running anything.
@@ -82,8 +83,9 @@ RETIRED: dict[str, str] = {
 """Old spellings: accepted only as deprecated ones (one notice naming the new flag), never declared anew."""
 
 GLOBAL_FLAGS = ("-h", "--help", "--verbose", "--quiet", "--debug")
-SCRIPT_COMMANDS = {"bench gpu-check": "vtrepro.bench.command:gpu_check"}
-"""Commands run by a script rather than through ``python -m vtrepro``: their flags follow the same rules."""
+SCRIPT_COMMANDS = {"scripts/gpu_check.sh": "vtrepro.bench.command:gpu_check"}
+"""Commands run by a script rather than through ``python -m vtrepro`` (named by the script; the parser's module
+and its ``build_<name>_parser``): their flags follow the same rules."""
 
 
 @dataclass(frozen=True)
@@ -211,7 +213,7 @@ def markdown() -> str:
     """docs/flags.md: every shared flag with its one meaning, type, default and commands, then the old spellings."""
     flags = all_flags()
     lines = ["# Flags shared by several commands", "",
-             "Generated from the commands' parsers by `python -m vtrepro.flags > docs/flags.md`; "
+             "Generated from the commands' parsers by `python -m vtrepro.flag_audit > docs/flags.md`; "
              "`tests/unit/test_flags.py` fails when this file differs from what the parsers give, when one name "
              "carries two meanings (type, kind of path, default) or one meaning two names.", "",
              "Kinds of path: *input* (an existing file or folder, read), *created* (what the command creates: "
