@@ -24,9 +24,9 @@ if sys.version_info < MINIMUM_PYTHON:
 import importlib  # noqa: E402  (after the version check, on purpose)
 from typing import Any  # noqa: E402
 
-from vtrepro import spellings  # noqa: E402
+from vtrepro import old_command_modules  # noqa: E402
 
-spellings.install()  # `python -m vtrepro.train` and the other old spellings still run, with a deprecation line
+old_command_modules.install()  # `python -m vtrepro.train` and the other old spellings still run, with a deprecation line
 
 _EXPORTS = {
     "VtreproError": "vtrepro.core.errors",

@@ -1,4 +1,4 @@
-"""The commands' old spellings, ``python -m vtrepro.<command>`` (:mod:`vtrepro.spellings`): each still runs its
+"""The commands' old spellings, ``python -m vtrepro.<command>`` (:mod:`vtrepro.old_command_modules`): each still runs its
 command, after one deprecation line naming the new spelling; real modules never go through the hook."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from helpers import run_module
 from vtrepro.__main__ import COMMANDS
 from vtrepro.core.log import PACKAGE
-from vtrepro.spellings import FINDER, OLD_SPELLINGS
+from vtrepro.old_command_modules import FINDER, OLD_SPELLINGS
 
 
 def notice(command: str) -> str:
@@ -24,7 +24,7 @@ def test_each_old_spelling_runs_its_command_and_names_the_new_one(command: str, 
     """As ``python -m`` runs it (runpy, in this process: every spelling in a fraction of a second)."""
     code, stdout, _ = run_module(f"vtrepro.{command}", "--help", capsys=capsys)
     assert code == 0 and stdout.startswith(f"usage: python -m vtrepro {command}"), stdout[:200]
-    assert [(record.name, record.getMessage()) for record in caplog.records] == [(f"{PACKAGE}.spellings",
+    assert [(record.name, record.getMessage()) for record in caplog.records] == [(f"{PACKAGE}.old_command_modules",
                                                                                    notice(command))]
 
 

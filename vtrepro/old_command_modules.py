@@ -1,5 +1,5 @@
-"""The commands' old spellings, ``python -m vtrepro.<command>`` (``python -m vtrepro.train``,
-``python -m vtrepro.encode``, ...), kept working by one import hook rather than a module file each.
+"""The old command modules, ``python -m vtrepro.<command>`` (``python -m vtrepro.train``, ``python -m vtrepro.encode``,
+...): no module file each, but one import hook that keeps these old spellings of the commands working.
 
 ``import vtrepro`` appends :data:`FINDER` to ``sys.meta_path``, so Python asks it only after its own finders
 found no module, and it answers only for the names of :data:`OLD_SPELLINGS`: ``vtrepro.<command>``, or
@@ -48,7 +48,7 @@ class OldSpellingFinder(MetaPathFinder, Loader):
     def get_code(self, name: str) -> CodeType:
         """The code ``python -m <name>`` runs (runpy asks for it and runs it as ``__main__``)."""
         spelled = (name.removesuffix(".__main__"), command_of(name))
-        return compile(f"import sys\nfrom vtrepro.spellings import run_old_spelling\n"
+        return compile(f"import sys\nfrom vtrepro.old_command_modules import run_old_spelling\n"
                        f"sys.exit(run_old_spelling(*{spelled!r}, sys.argv[1:]))\n", _ENTRY, "exec")
 
 
