@@ -133,9 +133,9 @@ def test_a_huge_config_is_refused_under_2_gib_by_the_memory_bound(model, corpus,
         resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
 
     code = ("import sys; from pathlib import Path; from vtrepro.core.cli import cli_entry; "
-            "from vtrepro.model.loading import check_model_size, _read_json\n"
+            "from vtrepro.model.folder_checks import check_model_size, read_model_json\n"
             "def main(argv=None):\n"
-            "    check_model_size(_read_json(Path(sys.argv[1])), Path(sys.argv[1])); return 0\n"
+            "    check_model_size(read_model_json(Path(sys.argv[1])), Path(sys.argv[1])); return 0\n"
             "sys.exit(cli_entry(main)([]))")
     result = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
                             preexec_fn=limit, timeout=120)

@@ -138,7 +138,7 @@ def test_index_and_search_are_quiet_unless_verbose(encoded, tmp_path, java_home)
 @pytest.mark.parametrize("offline_env", [{"HF_HUB_OFFLINE": "1"}, {}], ids=["HF_HUB_OFFLINE", "probe"])
 def test_unknown_hub_id_offline_fails_at_once_naming_the_folder_to_create(inputs, tmp_path, offline_env):
     if not offline_env:
-        from vtrepro.model.loading import hub_reachable
+        from vtrepro.model.hub import hub_reachable
 
         if hub_reachable():
             pytest.skip("the Hub is reachable here: the offline path is not taken")

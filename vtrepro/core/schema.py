@@ -178,7 +178,7 @@ REQUIRED: Any = object()
 MAX_TEXT_TOKENS = 8192
 """Most tokens per text any length option takes (ModernBERT's positions, the longest of the models used
 here); a model with fewer positions refuses more where its config.json is read
-(:func:`vtrepro.model.loading.text_length_limit`)."""
+(:func:`vtrepro.model.text_lengths.text_length_limit`)."""
 MAX_BATCH_SIZE = 4096
 """Most texts per batch any batch-size option takes: twice the largest batch used (the MLM recipes' 2048);
 memory grows with batch size x tokens per text."""

@@ -20,7 +20,9 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import JSON_FILE_BYTES, check_regular_file, read_json_file
 from vtrepro.data.beir import DATASET_NAME
 from vtrepro.gap.units import BYTE_LEVEL, END_OF_WORD, SENTENCEPIECE, UNMARKED, WORDPIECE, Form, Scheme, read_form
-from vtrepro.model.loading import hub_reachable, looks_like_path, model_name_problem, model_root, resolve_model
+from vtrepro.model.folder_checks import model_root
+from vtrepro.model.hub import hub_reachable, looks_like_path, model_name_problem
+from vtrepro.model.loading import resolve_model
 
 logger = logging.getLogger(__name__)
 

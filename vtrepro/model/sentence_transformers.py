@@ -32,9 +32,10 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import JSON_FILE_BYTES, atomic_write, read_json_file, write_json
 from vtrepro.core.log import quiet_transformers
 from vtrepro.model.encoder_options import EncoderOptions
+from vtrepro.model.folder_checks import check_model_file
 from vtrepro.model.identity import model_fingerprint
 from vtrepro.model.idf import IdfQueryEncoder
-from vtrepro.model.loading import check_model_file, load_masked_lm, resolve_model
+from vtrepro.model.loading import load_masked_lm, resolve_model
 
 FORMAT_VERSION = "6.3.0"
 POOLING_ACTIVATION = {"log1p": "relu", "log1p-log1p": "log1p_relu"}

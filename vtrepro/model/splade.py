@@ -19,7 +19,8 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import JSON_FILE_BYTES, read_json_file, write_json
 from vtrepro.core.progress import Progress
 from vtrepro.model.encoder_options import PRECISIONS, EncoderOptions
-from vtrepro.model.loading import check_model_file, load_masked_lm, resolve_model
+from vtrepro.model.folder_checks import check_model_file
+from vtrepro.model.loading import load_masked_lm, resolve_model
 from vtrepro.model.projection import ScreenedProjection, dense_max_logits, resolve_projection
 
 if TYPE_CHECKING:

@@ -25,8 +25,9 @@ from vtrepro.core.io import check_output
 from vtrepro.core.markdown import fenced, md
 from vtrepro.encode.vectors import Quantization
 from vtrepro.model.encoder_options import EncoderOptions
+from vtrepro.model.folder_checks import check_model_file
 from vtrepro.model.idf import IDF_NAME, read_idf_table
-from vtrepro.model.loading import check_model_file, find_model, resolve_model
+from vtrepro.model.loading import find_model, resolve_model
 from vtrepro.model.sentence_transformers import ExportedModel, write_sparse_encoder
 from vtrepro.regress.spec import Condition, Spec, load_spec
 from vtrepro.report.results import RESULTS_NAME, load_results

@@ -26,7 +26,7 @@ from vtrepro.data.beir import DATASET_NAME, TEST_SPLIT
 from vtrepro.encode.vectors import Quantization
 from vtrepro.evaluate.trec import DEFAULT_METRICS, parse_metric
 from vtrepro.model.encoder_options import EncoderOptions
-from vtrepro.model.loading import model_name_problem
+from vtrepro.model.hub import model_name_problem
 from vtrepro.regress.gap import MODEL_PINNED, GapBlock, load_gap_block
 from vtrepro.report.published import PublishedSystem, load_system
 from vtrepro.search.runs import Bm25Options, SearchOptions

@@ -18,7 +18,7 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import atomic_write
 from vtrepro.core.schema import read_yaml, round_trip_yaml
 from vtrepro.gap.vocabularies import BUILT_IN
-from vtrepro.model.loading import looks_like_path
+from vtrepro.model.hub import looks_like_path
 from vtrepro.regress.cost import recipe_of_trained_folder
 from vtrepro.regress.spec import Spec
 from vtrepro.training.rehearsal import SCALED, SPARSER, Rehearsal, rehearsal_recipe, scale_down

@@ -33,7 +33,8 @@ from vtrepro.core.options import Options, option
 from vtrepro.core.progress import Progress
 from vtrepro.core.schema import MAX_BATCH_SIZE, MAX_TEXT_TOKENS, Field
 from vtrepro.data.texts import dataset_or_file_texts
-from vtrepro.model.loading import check_text_lengths, load_masked_lm, resolve_model, text_length_limit
+from vtrepro.model.loading import load_masked_lm, resolve_model
+from vtrepro.model.text_lengths import check_text_lengths, text_length_limit
 from vtrepro.training.examples import permutation
 from vtrepro.training.schedule import SCHEDULES, lr_factor
 from vtrepro.vocabulary.presets import PRESET_NAMES

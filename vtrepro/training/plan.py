@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vtrepro.model.loading import check_text_lengths, position_limit, resolve_model, text_length_limit
+from vtrepro.model.loading import resolve_model
+from vtrepro.model.text_lengths import check_text_lengths, position_limit, text_length_limit
 from vtrepro.training.inputs import availability, required_inputs
 from vtrepro.training.mlm import MlmOptions
 from vtrepro.training.recipe import BeirData, MsmarcoData, PairsData, Recipe, TriplesData

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import JSON_FILE_BYTES, atomic_write, parse_json, read_json_file, read_jsonl, read_lines, write_json
-from vtrepro.model.loading import check_safetensors
+from vtrepro.model.safetensors_header import check_safetensors
 from vtrepro.training.stages import Stage
 
 # matplotlib is imported only to draw the curves plot, on purpose: it is slow to import and optional for a run.

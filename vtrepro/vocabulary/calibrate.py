@@ -24,7 +24,7 @@ from vtrepro.core.progress import Progress
 from vtrepro.core.schema import MAX_BATCH_SIZE, MAX_TEXT_TOKENS, Field
 from vtrepro.data.texts import corpus_texts, dataset_or_file_texts
 from vtrepro.model.encoder_options import EncoderOptions
-from vtrepro.model.loading import check_text_lengths, text_length_limit
+from vtrepro.model.text_lengths import check_text_lengths, text_length_limit
 from vtrepro.vocabulary.presets import PRESET_NAMES
 
 # torch and the encoder (transformers) are imported where they are used, on purpose: `--help` and

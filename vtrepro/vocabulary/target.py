@@ -11,15 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.model.loading import (
-    MIN_TOKENIZER_COVERAGE,
-    TOKENIZER_FILES,
-    ModelSource,
-    config_vocab_size,
-    find_model,
-    load_weights,
-    resolve_model,
-)
+from vtrepro.model.folder_checks import TOKENIZER_FILES, config_vocab_size
+from vtrepro.model.loading import MIN_TOKENIZER_COVERAGE, ModelSource, find_model, load_weights, resolve_model
 from vtrepro.vocabulary.matching import SPECIAL_NAMES, fast_backend
 
 # torch, transformers and tokenizers are imported inside the functions, so importing this module stays fast
