@@ -7,7 +7,8 @@ import urllib.request
 from pathlib import Path
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.data.beir import BEIR_DATASETS, BEIR_URL, HF_API_URL, HUB_DATASETS, NOT_REDISTRIBUTED, data_root, load_dataset
+from vtrepro.data.beir import data_root, load_dataset
+from vtrepro.data.download import BEIR_DATASETS, BEIR_URL, HF_API_URL, HUB_DATASETS, NOT_REDISTRIBUTED
 
 DOWNLOAD_PROBE_TIMEOUT_S = 10.0
 
@@ -48,7 +49,7 @@ def check_dataset_split(name: str, split: str, data_dir: str | Path | None) -> b
 
     A dataset here must have ``qrels/<split>.tsv`` naming only queries of its queries file (both read and
     checked); one not here must be a BEIR or ChemTEB
-    (:data:`~vtrepro.data.beir.HUB_DATASETS`) dataset that a run may download (it is checked once fetched).
+    (:data:`~vtrepro.data.download.HUB_DATASETS`) dataset that a run may download (it is checked once fetched).
     ``regress --dry-run`` checks with this what the real run checks.
     """
     try:

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from vtrepro.core.shipped import RECIPES_DIR
-from vtrepro.data.beir import HUB_DATASETS
+from vtrepro.data.download import HUB_DATASETS
 from vtrepro.regress.spec import Condition, DatasetRun, Spec
 from vtrepro.training.plan import DEFAULT_GPU_TFLOPS, flops_per_token, format_flops, model_architecture
 from vtrepro.training.recipe import load_recipe

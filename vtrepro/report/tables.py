@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
-from vtrepro.data.beir import BEIR_DATASETS
+from vtrepro.data.download import BEIR_DATASETS
 from vtrepro.evaluate.trec import paired_comparison
 from vtrepro.report.published import PUBLISHED_DIR, PublishedSystem, beir_average, load_system, load_table
 from vtrepro.report.results import STATUS_MEASURED, Results

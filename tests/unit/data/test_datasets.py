@@ -15,7 +15,8 @@ from typing import Iterator
 import pytest
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.data.beir import BEIR_DATASETS, BeirDataset, Document, data_root, load_dataset
+from vtrepro.data.beir import BeirDataset, Document, data_root, load_dataset
+from vtrepro.data.download import BEIR_DATASETS
 
 QRELS_HEADER = "query-id\tcorpus-id\tscore\n"
 

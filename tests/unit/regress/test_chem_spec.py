@@ -13,7 +13,8 @@ from ruamel.yaml import YAML
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.shipped import SHIPPED_DIR
 from vtrepro.data.availability import check_dataset_split, dataset_availability
-from vtrepro.data.beir import HUB_DATASETS, load_dataset
+from vtrepro.data.beir import load_dataset
+from vtrepro.data.download import HUB_DATASETS
 from vtrepro.regress.command import main as regress
 from vtrepro.regress.spec import load_spec
 
