@@ -1,5 +1,6 @@
 """The package's shape, read from the source (``ast``), not by importing: no import circle, imports point
-down the pipeline, no oversized module, no literal default where an option is declared.
+down the pipeline, no two modules share a name with two meanings, no oversized module, no literal default where
+an option is declared.
 
 The import graph holds every ``import vtrepro...`` and ``from vtrepro... import ...``, at module level or
 inside a function (a deferred import still ties the two modules together), and the imports made by name:
@@ -197,6 +198,63 @@ def test_the_command_table_and_the_api_are_read_as_imports():
     assert {"vtrepro.search.command", "vtrepro.regress.command", "vtrepro.training.command"} <= graph["vtrepro.__main__"]
     assert {"vtrepro.data.beir", "vtrepro.regress.spec"} <= graph["vtrepro"]
     assert "vtrepro.regress.model_export" in graph["vtrepro.model.command"]
+
+
+ONE_MEANING: dict[str, tuple[set[str], str]] = {
+    "encode": ({"vtrepro.encode", "vtrepro.bench.encode"}, "encoding: the stage, and `bench encode`, which measures it"),
+    "search": ({"vtrepro.search", "vtrepro.bench.search"}, "search: the stage, and `bench search`, which measures it"),
+    "transfer": ({"vtrepro.vocabulary.transfer", "vtrepro.bench.transfer"},
+                 "vocabulary transfer: the stage, and `bench transfer`, which measures it"),
+    "gap": ({"vtrepro.gap", "vtrepro.regress.gap", "vtrepro.report.gap"},
+            "the vocabulary gap: measured by its package, run and pinned by a spec's `gap:` block, shown in the report"),
+    "model": ({"vtrepro.model", "vtrepro.gap.model"}, "a model: the models, and `gap model`, the gap in a model's vectors"),
+    "training": ({"vtrepro.training", "vtrepro.gap.training"},
+                 "training: the training package, and `gap training`, the gap over a training run"),
+}
+"""Base names that several modules share with one meaning, each with the modules that hold it and that meaning.
+Beside these, each stage's ``command.py`` (its command layer) and an engine's two modules (``index/<engine>.py``
+builds its index, ``search/<engine>.py`` searches it) share a name; any other shared name has two meanings."""
+
+
+def shared_names() -> dict[str, set[str]]:
+    """Base name -> the modules holding it (a module's last part, a package's folder), for every name two or
+    more modules share."""
+    holders: dict[str, set[str]] = {}
+    for name in package_modules():
+        holders.setdefault(name.rpartition(".")[2], set()).add(name)
+    return {base: modules for base, modules in holders.items() if len(modules) > 1}
+
+
+def names_with_two_meanings(shared: dict[str, set[str]]) -> list[str]:
+    """The shared names of ``shared`` that are neither the command layer's, an engine's nor in :data:`ONE_MEANING`."""
+    return [f"{base}: {', '.join(sorted(modules))}" for base, modules in sorted(shared.items())
+            if not (all(layer(module) == COMMAND_LAYER for module in modules)
+                    or modules == {f"vtrepro.index.{base}", f"vtrepro.search.{base}"}
+                    or modules == ONE_MEANING.get(base, (set(), ""))[0])]
+
+
+def test_no_two_modules_share_a_name_with_two_meanings():
+    found = names_with_two_meanings(shared_names())
+    assert found == [], ("modules that share a name (rename one to say what it holds, or add the name to ONE_MEANING "
+                         "with its one meaning):\n" + "\n".join(found))
+
+
+def test_every_name_with_one_meaning_is_still_shared():
+    """A name of :data:`ONE_MEANING` that no longer has those modules is removed from it."""
+    shared = shared_names()
+    stale = [base for base, (modules, _) in ONE_MEANING.items() if shared.get(base) != modules]
+    assert stale == [], f"ONE_MEANING names modules that no longer share the name: {stale}"
+
+
+def test_the_name_check_finds_two_meanings():
+    """Commands and an engine's two modules pass; a module named like a package of another meaning does not, nor a
+    name two engines' modules share outside index/ and search/."""
+    shared = {"command": {"vtrepro.index.command", "vtrepro.regress.command"},
+              "lucene": {"vtrepro.index.lucene", "vtrepro.search.lucene"},
+              "report": {"vtrepro.report", "vtrepro.regress.report"},
+              "pisa": {"vtrepro.index.pisa", "vtrepro.bench.pisa"}}
+    assert names_with_two_meanings(shared) == ["pisa: vtrepro.bench.pisa, vtrepro.index.pisa",
+                                               "report: vtrepro.regress.report, vtrepro.report"]
 
 
 MAX_PARAMETERS = 8
