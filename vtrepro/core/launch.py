@@ -74,7 +74,7 @@ class Job:
     def argv(self, shared: Shared = Shared()) -> list[str]:
         """The command line after ``python -m vtrepro``: the command, its arguments, every option and the
         shared flags; the command's parser reads the options back as these objects
-        (:meth:`~vtrepro.core.options.Options.from_args`)."""
+        (:func:`~vtrepro.core.cli.options_from_args`)."""
         return [self.command, *self.arguments, *(arg for options in self.options for arg in options.to_argv()),
                 *shared.to_argv()]
 

@@ -1,6 +1,6 @@
 """What a regression run was asked to do, fixed once its command line is parsed.
 
-:func:`vtrepro.regress.runner.main` builds one :class:`RunContext` from its arguments; everything below
+:func:`vtrepro.regress.command.main` builds one :class:`RunContext` from its arguments; everything below
 it (:func:`~vtrepro.regress.runner.run_all`, :class:`~vtrepro.regress.conditions.ConditionRunner`)
 reads this frozen record instead of the parser's namespace, so the run core can be driven without a
 command line and no stage can change what a later one sees.
