@@ -190,8 +190,9 @@ def _load_failure(name: str, source: str, model_dir: str | Path | None, error: B
 
 
 def model_availability(name: str, model_dir: str | Path | None) -> tuple[str, str | None]:
-    """(where the model comes from, the problem if it cannot be had). A local model folder's files are
-    checked (:func:`check_model_folder`); a tokenizer folder or file (no config.json) is taken as it is."""
+    """(where the model comes from, the problem if it cannot be had). A local model folder's files are checked
+    (:func:`~vtrepro.model.folder_checks.check_model_folder`); a tokenizer folder or file (no config.json) is taken
+    as it is."""
     source = resolve_model(name, model_dir)
     if Path(source).is_dir() or Path(name).expanduser().is_file():
         if (Path(source) / "config.json").is_file():
