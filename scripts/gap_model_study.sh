@@ -7,6 +7,9 @@
 #   4. APC (calibrate, vtrepro preset, 300 NFCorpus documents, seed 0) on the source
 #   5. three trainings of one recipe (NFCorpus train, 40 steps x 8, seed 42, 2 CPU threads): the source raw, the
 #      source after APC, splade-tiny (the BERT-uncased control); then gap training draws them together
+#   6. the nearest settings that could show dead terms or dense collapse at this scale, each one change to that
+#      recipe: the raw source and the APC source at 100x the learning rate (drawn together in gap-lr100x/), the APC
+#      source without the FLOPS regularizer, and the source after the authors' APC preset; each in gap-settings/
 set -euo pipefail
 OUT=${OUT:-runs/gapmodel}
 DOCS=${DOCS:-1000}
@@ -33,17 +36,33 @@ python -m vtrepro gap model --vectors "$OUT/round-trip-source-scifact$DOCS" --ve
     --output "$OUT/gap"
 [ -f "$OUT/round-trip-apc/config.json" ] || python -m vtrepro calibrate --model "$OUT/round-trip-source" \
     --dataset nfcorpus --limit 300 --max-length-doc 128 --seed 0 --output "$OUT/round-trip-apc"
-for pair in "round_trip_raw:$OUT/round-trip-source" "round_trip_apc:$OUT/round-trip-apc" "bert_uncased:splade-tiny"; do
-  name=${pair%%:*}
-  cat > "$OUT/recipes/gap_$name.yaml" <<YAML
-description: gap training curve, $name (InfoNCE, in-batch + BM25 hard negatives, FLOPS)
-model: ${pair#*:}
+train_run() {  # train_run NAME MODEL LR LAMBDA: the recipe above with one learning rate and FLOPS weight
+  cat > "$OUT/recipes/gap_$1.yaml" <<YAML
+description: gap training curve, $1 (InfoNCE, in-batch + BM25 hard negatives, FLOPS)
+model: $2
 data: {format: beir, dataset: nfcorpus, split: train, min_relevance: 1, mining: bm25, depth: 100, negatives: 1}
-loss: {ranking: infonce, in_batch_negatives: true, temperature: 5.0, lambda_q: 0.001, lambda_d: 0.001, flops_warmup_steps: 10}
-training: {steps: 40, batch_size: 8, lr: 2.0e-5, lr_warmup_steps: 4, schedule: linear, max_length_query: 32, max_length_doc: 128, save_every: 1000, seed: 42, cpu_threads: 2}
+loss: {ranking: infonce, in_batch_negatives: true, temperature: 5.0, lambda_q: $4, lambda_d: $4, flops_warmup_steps: 10}
+training: {steps: 40, batch_size: 8, lr: $3, lr_warmup_steps: 4, schedule: linear, max_length_query: 32, max_length_doc: 128, save_every: 1000, seed: 42, cpu_threads: 2}
 YAML
-  python -m vtrepro train --recipe "$OUT/recipes/gap_$name.yaml" --output "$OUT/train/$name"
-done
+  [ -f "$OUT/train/$1/final/training_report.json" ] || \
+    python -m vtrepro train --recipe "$OUT/recipes/gap_$1.yaml" --output "$OUT/train/$1"
+}
+train_run round_trip_raw "$OUT/round-trip-source" 2.0e-5 0.001
+train_run round_trip_apc "$OUT/round-trip-apc" 2.0e-5 0.001
+train_run bert_uncased splade-tiny 2.0e-5 0.001
 python -m vtrepro gap training --log "$OUT/train/round_trip_raw" --log "$OUT/train/round_trip_apc" \
     --log "$OUT/train/bert_uncased" --output "$OUT/gap-training"
 cp "$OUT/gap-training/training.json" "$OUT/gap/"  # gap/ now holds model.json and training.json: the report's section
+
+[ -f "$OUT/round-trip-apc-authors/config.json" ] || python -m vtrepro calibrate --model "$OUT/round-trip-source" \
+    --dataset nfcorpus --limit 300 --max-length-doc 128 --seed 0 --preset authors --output "$OUT/round-trip-apc-authors"
+train_run round_trip_raw_lr100x "$OUT/round-trip-source" 2.0e-3 0.001
+train_run round_trip_apc_lr100x "$OUT/round-trip-apc" 2.0e-3 0.001
+train_run round_trip_apc_no_flops "$OUT/round-trip-apc" 2.0e-5 0
+train_run round_trip_apc_authors "$OUT/round-trip-apc-authors" 2.0e-5 0.001
+for name in round_trip_raw round_trip_raw_lr100x round_trip_apc round_trip_apc_lr100x round_trip_apc_no_flops \
+    round_trip_apc_authors; do
+  python -m vtrepro gap training --log "$OUT/train/$name" --output "$OUT/gap-settings/$name"
+done
+python -m vtrepro gap training --log "$OUT/train/round_trip_raw_lr100x" --log "$OUT/train/round_trip_apc_lr100x" \
+    --output "$OUT/gap-lr100x"
