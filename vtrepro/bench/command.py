@@ -47,7 +47,7 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.model.options import EncoderOptions
-from vtrepro.search.runs import ENGINES, SearchOptions
+from vtrepro.search.runs import ALL_ENGINES, ENGINES, SearchOptions
 
 # Each benchmark's module is imported once it is chosen, on purpose: torch, transformers, Anserini and
 # PISA load only for the benchmark that needs them, and `--help` and argument errors stay fast.
@@ -86,8 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="comma-separated thread counts of the Lucene and PISA builds, 1 always among them (the baseline of "
                             f"speed-up and runs; default 1, 2, 4, ... up to all {DEFAULT_THREADS} cores this process may use)")
     scale.add_argument("--engines", type=_engines, default=list(ENGINES),
-                       help=f"comma-separated engines whose builds and searches are measured (default {','.join(ENGINES)}; "
-                            "both are needed to compare their runs)")
+                       help=f"comma-separated engines whose builds and searches are measured, among {','.join(ALL_ENGINES)} "
+                            f"(default {','.join(ENGINES)}; both exact ones are needed to compare their runs, and one "
+                            "for the approximate ones' recall against exact)")
     add_output_folder(scale, "folder for scale.json and the work folders, removed after each size", required=False,
                       default=Path("runs/bench-scale"), rule="its scale.json is replaced")
     commands.add_parser("transfer", help="topology transfer of a 50k-token source onto a 30k-token target: "
@@ -162,11 +163,11 @@ MAX_BUILD_THREADS = 1024
 
 
 def _engines(text: str) -> list[str]:
-    """``--engines``: comma-separated engines among :data:`vtrepro.search.runs.ENGINES`, in that order."""
+    """``--engines``: comma-separated engines among :data:`vtrepro.search.runs.ALL_ENGINES`, in that order."""
     named = set(text.split(","))
-    if not named or not named <= set(ENGINES):
-        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated engines among {','.join(ENGINES)}")
-    return [engine for engine in ENGINES if engine in named]
+    if not named or not named <= set(ALL_ENGINES):
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated engines among {','.join(ALL_ENGINES)}")
+    return [engine for engine in ALL_ENGINES if engine in named]
 
 
 def _thread_counts(text: str) -> list[int]:
