@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_path(search, "--index-dir", "root",
              help="folder keeping both indexes (lucene/, pisa/), reused while they hold these vectors "
                   "(default: a temporary folder, both built)")
+    search.add_argument("--engines", type=_engines, default=list(ENGINES),
+                        help=f"comma-separated engines among {','.join(ALL_ENGINES)} (default {','.join(ENGINES)}: "
+                             "both exact ones are always measured; seismic and bmp are measured against Lucene's run)")
     scale = commands.add_parser("scale", help="every stage after encoding on synthetic collections of growing size, "
                                               "fitted to a real encoding")
     add_vectors(scale, "encoded corpus the collections are fitted to", required=True)
@@ -113,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.index_dir is not None:
             check_output(args.index_dir, [args.vectors, EncodedFolder(args.vectors).collection, args.queries],
                          kind="folder")
-        return bench_search(args.vectors, args.queries, args.k, args.threads, args.index_dir)
+        return bench_search(args.vectors, args.queries, args.k, args.threads, args.index_dir, args.engines)
     if args.command == "scale":
         from vtrepro.bench.scale import bench_scale
 

@@ -274,3 +274,21 @@ def test_seismic_built_document_by_document_searches_as_by_number(built, tmp_pat
             hits = index.search(qid, components, values, k=20, query_cut=1000, heap_factor=0.01) if known else []
             found[by_number][qid] = sorted((doc, score) for _, score, doc in hits)
     assert found[True] == found[False] and any(found[True].values())
+
+
+@pytest.mark.slow
+def test_bench_search_measures_the_approximate_engines_against_lucene(built, tmp_path, capsys):
+    from vtrepro.bench.command import main as bench_main
+
+    root, vectors, _, _ = built
+    engines = "lucene,pisa,seismic,bmp" if HAS_SEISMIC else "lucene,pisa,bmp"
+    argv = ["search", "--vectors", vectors, "--queries", root / "queries.jsonl", "--k", "100", "--threads", "1",
+            "--index-dir", tmp_path / "indexes", "--engines", engines]
+    code, out, err = run_command(bench_main, argv, capsys)
+    assert code == 0, err
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()[:1] in (["seismic"], ["bmp"])}
+    assert set(rows) == set(engines.split(",")[2:])
+    assert all(0 <= float(row[-2]) <= 1 and 0 <= float(row[-1]) <= 1 for row in rows.values())  # R@10, R@100
+    assert "runs: identical (2 runs" in out  # the exact engines' runs alone are compared
+    code, out, _ = run_command(bench_main, argv, capsys)
+    assert code == 0 and out.count("kept") == len(engines.split(","))  # every index kept the second time
