@@ -50,6 +50,7 @@ MEANINGS: dict[str, str] = {
     "--dtype": "the precision a model computes in",
     "--trust-remote-code": "let models run the Python code they ship (transformers' trust_remote_code)",
     "--engine": "the engine: lucene (Anserini) or pisa, exact; seismic or bmp, approximate",
+    "--engines": "comma-separated engines a benchmark measures: lucene, pisa (exact), seismic, bmp (approximate)",
     "--qrels": "a judgments file: BEIR TSV with header, or TREC 4-column",
     "--preset": "whose choices to follow: vtrepro's, or the authors' released code",
     "--dry-run": "validate, print the plan and its cost, run nothing",

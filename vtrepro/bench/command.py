@@ -173,6 +173,9 @@ def _engines(text: str) -> list[str]:
     return [engine for engine in ALL_ENGINES if engine in named]
 
 
+_engines.__name__ = f"comma-separated, among {', '.join(ALL_ENGINES)}"  # its type in docs/flags.md
+
+
 def _thread_counts(text: str) -> list[int]:
     """``--build-threads``: comma-separated thread counts, each within 1 to :data:`MAX_BUILD_THREADS`."""
     try:
