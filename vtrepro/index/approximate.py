@@ -98,9 +98,9 @@ class SeismicIndexOptions(Options):
 class SeismicSearchOptions(Options):
     """How a Seismic index is searched (``vtrepro search --engine seismic``)."""
 
-    query_cut: int = option(Field(int, 20, minimum=1, maximum=1_000_000,
+    query_cut: int = option(Field(int, 10, minimum=1, maximum=1_000_000,
                                   help="Seismic: a query's largest weights whose posting lists are read"))
-    heap_factor: float = option(Field(float, 0.9, above=0, maximum=1,
+    heap_factor: float = option(Field(float, 0.8, above=0, maximum=1,
                                       help="Seismic: a block is read only when its summary scores at least this "
                                            "fraction of the current k-th score (lower reads more: slower, closer to "
                                            "exact)"))
@@ -110,7 +110,7 @@ class SeismicSearchOptions(Options):
 class BmpIndexOptions(Options):
     """How a BMP index is built (``vtrepro index --engine bmp``)."""
 
-    block_size: int = option(Field(int, 32, minimum=1, maximum=256,
+    block_size: int = option(Field(int, 64, minimum=1, maximum=256,
                                    help="BMP: documents per block (BMP numbers them in a block with 8 bits)"))
     max_impact: int = option(Field(int, 64, minimum=1, maximum=255,
                                    help="BMP: the largest impact held (BMP stores bytes and sums 16-bit scores); "
