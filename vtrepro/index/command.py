@@ -23,12 +23,13 @@ from vtrepro.core.cli import (
 )
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output
-from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files
+from vtrepro.encode.fingerprint import VectorSetSummary
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import vector_files
 from vtrepro.index import lucene
 from vtrepro.index.approximate import APPROXIMATE_ENGINES, INDEX_OPTIONS, engine_options
 from vtrepro.index.lucene import build_impact_index, check_against_manifest, check_index_target
+from vtrepro.index.parts import fingerprint_in_parts
 from vtrepro.index.prebuilt import METADATA_NAME
 
 ENGINES = ("lucene", "pisa", *APPROXIMATE_ENGINES)
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         from vtrepro.index.build_approximate import build_approximate_index
 
         check_output(args.output, [encoded.collection, encoded.manifest_path], kind="folder")
-        summary = _checked_summary(encoded)
+        summary = _checked_summary(encoded, args.threads)
         meta = build_approximate_index(args.engine, encoded.collection, args.output, knobs, args.threads, summary)  # type: ignore[arg-type]
         print(json.dumps(meta))
         return 0
@@ -74,16 +75,17 @@ def main(argv: list[str] | None = None) -> int:
     check_index_target(args.output)
     check_output(args.output, [encoded.collection, encoded.manifest_path], kind="folder")
     check_output(args.output.parent, kind="folder")  # the build works beside the index
-    summary = _checked_summary(encoded)
+    summary = _checked_summary(encoded, args.threads)
     stats = build_impact_index(encoded.collection, args.output, args.threads, expected=summary)
     print(json.dumps(stats))
     return 0
 
 
-def _checked_summary(encoded: EncodedFolder) -> VectorSetSummary:
-    """The fingerprint of an encoded folder's vectors, checked against its manifest when it has one."""
+def _checked_summary(encoded: EncodedFolder, threads: int) -> VectorSetSummary:
+    """The fingerprint of an encoded folder's vectors (read by ``threads`` processes), checked against its manifest
+    when it has one."""
     manifest = encoded.load_manifest()
-    summary = fingerprint_files(vector_files(encoded.collection))
+    summary = fingerprint_in_parts(vector_files(encoded.collection), threads)
     if manifest is not None:
         if not manifest.get("complete"):
             raise VtreproError(f"{encoded.manifest_path}: the encoding is not finished; "

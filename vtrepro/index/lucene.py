@@ -26,9 +26,9 @@ from vtrepro.core.io import check_folder_files, check_output, process_alive
 from vtrepro.core.java import describe_causes, java_class, java_errors, java_path, logged_java_errors, start_jvm
 from vtrepro.core.log import verbose
 from vtrepro.core.progress import Progress
-from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files
+from vtrepro.encode.fingerprint import VectorSetSummary
 from vtrepro.encode.reader import count_full_read, vector_files
-from vtrepro.index.parts import POLL_S, Piece, in_processes, piece_inputs, split_pieces
+from vtrepro.index.parts import POLL_S, Piece, fingerprint_in_parts, in_processes, piece_inputs, split_pieces
 
 logger = logging.getLogger(__name__)
 
@@ -259,7 +259,7 @@ def build_impact_index(vectors_dir: str | Path, index_dir: str | Path, threads: 
     (:func:`vtrepro.search.runs.search_until_complete`).
     """
     files = vector_files(vectors_dir)
-    expected = expected or fingerprint_files(files)
+    expected = expected or fingerprint_in_parts(files, threads)
     holds = IndexInput(vectors_dir, expected.count, expected.total_impact)
     parts = split_pieces(files, threads, min_part_bytes) if files else [[]]
     with _work_folder(Path(index_dir)) as work:

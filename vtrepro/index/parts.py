@@ -25,6 +25,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from vtrepro.encode.fingerprint import DuplicateId, Fingerprinter, VectorSetSummary, fingerprint_files, locate_duplicate
 from vtrepro.encode.reader import Vector, read_vector_range, read_vectors
 
 POLL_S = 0.5
@@ -129,6 +130,35 @@ def read_piece_vectors(pieces: Sequence[Piece]) -> Iterator[tuple[Path, int, str
             yield from read_vectors([piece.path])
         else:
             yield from read_vector_range(piece.path, piece.start, piece.stop)
+
+
+FINGERPRINT_PART_BYTES = 8 * 2**20
+"""The smallest part of a fingerprint read by a process of its own (a smaller collection is read in this one)."""
+
+
+def fingerprint_in_parts(files: list[Path], threads: int) -> VectorSetSummary:
+    """:func:`~vtrepro.encode.fingerprint.fingerprint_files` of ``files`` (every record checked) read by up to
+    ``threads`` spawned processes, each a contiguous part (:func:`split_pieces`): the fingerprint does not depend on
+    the order of the records, so the parts' record digests are merged and it is the one-process value. The check
+    before a build is then no longer one core's work."""
+    parts = split_pieces(files, threads, FINGERPRINT_PART_BYTES)
+    if len(parts) == 1:
+        return fingerprint_files(files)
+    merged = Fingerprinter()
+    for found in in_processes(_fingerprint_part, [(part,) for part in parts]):
+        merged.merge(found)
+    try:
+        return merged.summary()
+    except DuplicateId:
+        raise locate_duplicate(files, False) from None
+
+
+def _fingerprint_part(pieces: list[Piece]) -> Fingerprinter:
+    """In a spawned process: the record digests of one part."""
+    fingerprinter = Fingerprinter()
+    for _, _, record_id, vector in read_piece_vectors(pieces):
+        fingerprinter.add(record_id, vector)
+    return fingerprinter
 
 
 @contextlib.contextmanager

@@ -27,9 +27,9 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import JSON_FILE_BYTES, FieldTypes, check_fields, process_alive, read_json_file, write_json
 from vtrepro.core.log import verbose
 from vtrepro.core.progress import Progress
-from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files
+from vtrepro.encode.fingerprint import VectorSetSummary
 from vtrepro.encode.reader import vector_files
-from vtrepro.index.parts import Piece, in_processes, read_piece_vectors, split_pieces
+from vtrepro.index.parts import Piece, fingerprint_in_parts, in_processes, read_piece_vectors, split_pieces
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def build_pisa_index(vectors_dir: str | Path, index_dir: str | Path, expected: V
         raise VtreproError(f"{index_dir}: exists and is not a PISA index; refusing to replace it: remove it or "
                            "choose another PISA index folder")
     files = vector_files(vectors_dir)
-    expected = expected or fingerprint_files(files)
+    expected = expected or fingerprint_in_parts(files, threads)
     if not expected.count:
         raise VtreproError(f"{vectors_dir}: the vector files hold no documents; point at an encoded corpus")
     index_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -122,7 +122,7 @@ def ensure_pisa_index(vectors_dir: str | Path, index_dir: str | Path,
                       threads: int = DEFAULT_THREADS) -> tuple[dict, float | None]:
     """The PISA index of ``vectors_dir`` at ``index_dir``, kept when it holds exactly these vectors (same
     fingerprint) and built otherwise with ``threads``: (its metadata, build seconds or None when kept)."""
-    summary = fingerprint_files(vector_files(vectors_dir))
+    summary = fingerprint_in_parts(vector_files(vectors_dir), threads)
     meta = read_pisa_meta(index_dir)
     if meta is not None and meta["vectors_sha256"] == summary.sha256:
         return meta, None

@@ -137,3 +137,20 @@ def test_one_file_built_by_two_processes_holds_what_one_process_builds(tmp_path)
     two = build_impact_index(vectors, tmp_path / "two", threads=2, min_part_bytes=1)
     assert one == two and len(list((tmp_path / "two").glob("*.si"))) == 2
     assert not list(tmp_path.glob(".two*"))  # the work folder, its pipes included, is gone
+
+
+@pytest.mark.slow
+def test_the_fingerprint_read_in_parts_is_the_one_process_fingerprint(tmp_path, monkeypatch):
+    """The check before a build reads the parts in processes of their own: the record digests merged give the
+    one-process fingerprint, and an id in two parts is still found and named."""
+    from vtrepro.encode.fingerprint import fingerprint_files
+    from vtrepro.index import parts
+
+    monkeypatch.setattr(parts, "FINGERPRINT_PART_BYTES", 1)  # split even these few kilobytes
+    (tmp_path / "a.jsonl").write_text(_records(300, "a", 7))
+    files = [tmp_path / "a.jsonl"]
+    assert parts.fingerprint_in_parts(files, 3) == fingerprint_files(files)
+    with open(tmp_path / "a.jsonl", "a") as handle:
+        handle.write(json.dumps({"id": "a3", "contents": "", "vector": {"x": 1}}) + "\n")
+    with pytest.raises(VtreproError, match=r"a\.jsonl:301: duplicate id 'a3' \(first at .*a\.jsonl:4\)"):
+        parts.fingerprint_in_parts(files, 3)
