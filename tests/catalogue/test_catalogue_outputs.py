@@ -154,6 +154,11 @@ OUTPUTS = {
     "index --engine pisa --output": OutputCase(
         index_main, lambda w, out: ["--engine", "pisa", "--vectors", w.vectors, "--output", out]),
     "index --output": OutputCase(index_main, lambda w, out: ["--vectors", w.vectors, "--output", out]),
+    "index --engine bmp --output": OutputCase(
+        index_main, lambda w, out: ["--engine", "bmp", "--vectors", w.vectors, "--output", out]),
+    "search --engine bmp --output": OutputCase(
+        search_main, lambda w, out: ["--engine", "bmp", "--index", w.index, "--queries", w.queries, "--exact-run",
+                                     w.queries, "--output", out]),
     "encode --output": OutputCase(
         encode_main, lambda w, out: ["--model", w.model, "--corpus", w.corpus, "--queries", w.text_queries,
                                      "--output", out]),
@@ -187,6 +192,11 @@ TARGETS: dict[str, dict[str, Callable[[World], Path]]] = {
     "index --output": {"input file": lambda w: w.vectors / "part-00000.jsonl",
                       "inside input folder": lambda w: w.vectors / "index",
                       "holding an input": lambda w: w.vectors.parent},
+    "index --engine bmp --output": {"input file": lambda w: w.vectors / "part-00000.jsonl",
+                                    "inside input folder": lambda w: w.vectors / "bmp",
+                                    "holding an input": lambda w: w.vectors.parent},
+    "search --engine bmp --output": {"input file": lambda w: w.queries,
+                                     "inside input folder": lambda w: w.index / "run.trec"},
     "encode --output": {"input file": lambda w: w.corpus, "inside input folder": lambda w: w.model / "encoded",
                         "holding an input": lambda w: w.corpus.parent},
     "encode --dataset --output": {"input file": lambda w: w.dataset / "corpus.jsonl",

@@ -1,7 +1,8 @@
 """Runs do not depend on how the index was built: one Lucene thread or several (impact indexes: one process per part
-of the files, their segments joined), segments merged or not, documents
-in another order, PISA or Lucene, one search thread or two. The collection is built to tie at the cut: 2,000
-documents that are 50 distinct vectors (and 40 distinct texts for BM25), each repeated, in 8 files."""
+of the files, their segments joined; or one file divided at line boundaries among the processes), segments merged or
+not, documents in another order, PISA or Lucene, one search thread or two. The collection is built to tie at the
+cut: 2,000 documents that are 50 distinct vectors (and 40 distinct texts for BM25), each repeated, in 8 files (and
+the same in one file)."""
 import random
 from pathlib import Path
 
@@ -17,8 +18,10 @@ from vtrepro.search.runs import write_trec_run
 
 DOCUMENTS, FILES, KS = 2000, 8, (10, 1000)
 WORDS = ["apple", "pear", "plum", "fig", "kiwi", "lime", "date", "olive"]
-LUCENE_LAYOUTS = ("1 thread", "2 threads", "4 threads", "4 threads merged", "1 thread, other order")
-PISA_LAYOUTS = ("collection order", "other order")
+LUCENE_LAYOUTS = ("1 thread", "2 threads", "4 threads", "4 threads merged", "1 thread, other order",
+                  "3 threads, one file")
+BM25_LAYOUTS = LUCENE_LAYOUTS[:-1]  # BM25 indexes are built from texts: no vector file to divide
+PISA_LAYOUTS = ("collection order", "other order", "one file, 3 processes")
 
 
 def _collection() -> tuple[list[tuple[str, dict[str, int]]], list[tuple[str, str]], dict, dict]:
@@ -82,9 +85,16 @@ def built(tmp_path_factory):
     build_impact_index(reordered, layouts["impact"]["1 thread, other order"], threads=1)
     layouts["bm25"]["1 thread, other order"] = root / "bm25 reordered"
     build_bm25_index(text_documents[::-1], layouts["bm25"]["1 thread, other order"], threads=1)
-    for name, vectors in zip(PISA_LAYOUTS, (in_order, reordered)):
+    one_file = root / "vectors-one-file"  # the 8 files joined: the processes divide it at line boundaries
+    one_file.mkdir()
+    with open(one_file / "all.jsonl", "wb") as joined:
+        for path in sorted(in_order.glob("*.jsonl")):
+            joined.write(path.read_bytes())
+    layouts["impact"]["3 threads, one file"] = root / "impact one file"
+    build_impact_index(one_file, layouts["impact"]["3 threads, one file"], threads=3, min_part_bytes=1)
+    for name, vectors, threads in zip(PISA_LAYOUTS, (in_order, reordered, one_file), (2, 2, 3)):
         layouts["pisa"][name] = root / f"pisa {name}"
-        build_pisa_index(vectors, layouts["pisa"][name])
+        build_pisa_index(vectors, layouts["pisa"][name], threads=threads)
     return root, layouts, impact_queries, text_queries
 
 
@@ -97,6 +107,7 @@ def test_the_layouts_differ(built):
     impact = layouts["impact"]
     assert segments(impact["1 thread"]) == 1 and segments(impact["4 threads merged"]) == 1
     assert segments(impact["2 threads"]) == 2 and segments(impact["4 threads"]) == 4
+    assert segments(impact["3 threads, one file"]) == 3  # one file, three ranges, three JVMs
     assert segments(layouts["bm25"]["4 threads merged"]) == 1
     internal = {}
     for name in ("1 thread", "1 thread, other order"):
@@ -144,7 +155,7 @@ def test_bm25_runs_are_byte_identical_in_every_layout(built, k):
     root, layouts, _, queries = built
     runs = {f"{name}, {threads} search threads": _run_bytes(root / "run.trec", search_bm25(layouts["bm25"][name],
                                                                                           queries, k, threads))
-            for threads in (1, 2) for name in LUCENE_LAYOUTS}
+            for threads in (1, 2) for name in BM25_LAYOUTS}
     reference = runs["1 thread, 1 search threads"]
     assert {name for name, data in runs.items() if data != reference} == set()
     tied = [qid for qid, hits in search_bm25(layouts["bm25"]["1 thread"], queries, k + 1, 1).items()

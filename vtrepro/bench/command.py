@@ -47,7 +47,7 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import check_output
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.model.encoder_options import EncoderOptions
-from vtrepro.search.runs import ENGINES, SearchOptions
+from vtrepro.search.runs import ALL_ENGINES, ENGINES, SearchOptions
 
 # Each benchmark's module is imported once it is chosen, on purpose: torch, transformers, Anserini and
 # PISA load only for the benchmark that needs them, and `--help` and argument errors stay fast.
@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_path(search, "--index-dir", "root",
              help="folder keeping both indexes (lucene/, pisa/), reused while they hold these vectors "
                   "(default: a temporary folder, both built)")
+    search.add_argument("--engines", type=_engines, default=list(ENGINES),
+                        help=f"comma-separated engines among {','.join(ALL_ENGINES)} (default {','.join(ENGINES)}: "
+                             "both exact ones are always measured; seismic and bmp are measured against Lucene's run)")
     scale = commands.add_parser("scale", help="every stage after encoding on synthetic collections of growing size, "
                                               "fitted to a real encoding")
     add_vectors(scale, "encoded corpus the collections are fitted to", required=True)
@@ -86,8 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="comma-separated thread counts of the Lucene and PISA builds, 1 always among them (the baseline of "
                             f"speed-up and runs; default 1, 2, 4, ... up to all {DEFAULT_THREADS} cores this process may use)")
     scale.add_argument("--engines", type=_engines, default=list(ENGINES),
-                       help=f"comma-separated engines whose builds and searches are measured (default {','.join(ENGINES)}; "
-                            "both are needed to compare their runs)")
+                       help=f"comma-separated engines whose builds and searches are measured, among {','.join(ALL_ENGINES)} "
+                            f"(default {','.join(ENGINES)}; both exact ones are needed to compare their runs, and one "
+                            "for the approximate ones' recall against exact)")
     add_output_folder(scale, "folder for scale.json and the work folders, removed after each size", required=False,
                       default=Path("runs/bench-scale"), rule="its scale.json is replaced")
     commands.add_parser("transfer", help="topology transfer of a 50k-token source onto a 30k-token target: "
@@ -112,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.index_dir is not None:
             check_output(args.index_dir, [args.vectors, EncodedFolder(args.vectors).collection, args.queries],
                          kind="folder")
-        return bench_search(args.vectors, args.queries, args.k, args.threads, args.index_dir)
+        return bench_search(args.vectors, args.queries, args.k, args.threads, args.index_dir, args.engines)
     if args.command == "scale":
         from vtrepro.bench.scale import bench_scale
 
@@ -162,11 +166,14 @@ MAX_BUILD_THREADS = 1024
 
 
 def _engines(text: str) -> list[str]:
-    """``--engines``: comma-separated engines among :data:`vtrepro.search.runs.ENGINES`, in that order."""
+    """``--engines``: comma-separated engines among :data:`vtrepro.search.runs.ALL_ENGINES`, in that order."""
     named = set(text.split(","))
-    if not named or not named <= set(ENGINES):
-        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated engines among {','.join(ENGINES)}")
-    return [engine for engine in ENGINES if engine in named]
+    if not named or not named <= set(ALL_ENGINES):
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated engines among {','.join(ALL_ENGINES)}")
+    return [engine for engine in ALL_ENGINES if engine in named]
+
+
+_engines.__name__ = f"comma-separated, among {', '.join(ALL_ENGINES)}"  # its type in docs/flags.md
 
 
 def _thread_counts(text: str) -> list[int]:

@@ -8,8 +8,15 @@ writing the vectors, one pass fingerprinting them and taking statistics, the Luc
 ``build_threads`` (its rate per thread, speed-up and scaling efficiency against one thread) and the PISA build,
 search with both engines at ``k`` 10 and 1000 (one thread, the real queries of the fitted encoding; PISA's runs must
 be Lucene's, and each many-thread Lucene index's runs the one-thread index's, byte for byte) and evaluation against
-synthetic judgments. Printed and written as JSON: seconds, CPU seconds, peak RSS, size on disk, queries/s and latency
-per stage and size, and each stage's growth exponent (the slope of log seconds over log documents; 1 is linear).
+synthetic judgments. With ``--engines`` naming Seismic or BMP, each is built (one thread, its declared defaults) and
+searched the same way, and its runs measured against the exact engine's (PISA's, else Lucene's): recall@10 and
+recall@1000 against exact. Printed and written as JSON: seconds, CPU seconds, peak RSS, size on disk, queries/s and
+latency (mean, p50, p99) per stage and size, one row per engine and k (build seconds, size, queries/s, latency,
+recall against exact), and each stage's growth exponent (the slope of log seconds over log documents; 1 is linear).
+
+The synthetic terms are drawn independently of each other (only their frequencies are real), so documents share no
+topical structure: a hard case for Seismic, which clusters each posting list's documents and skips whole blocks by
+their summaries. Real vectors cluster; docs/scale.md sets the two side by side where both exist.
 """
 from __future__ import annotations
 
@@ -32,6 +39,7 @@ from vtrepro.core.io import atomic_write, parse_json
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import read_query_vectors, read_vectors, vector_files
 from vtrepro.encode.shards import ShardOptions
+from vtrepro.index.approximate import APPROXIMATE_ENGINES
 from vtrepro.search.runs import ENGINES
 
 SHARD_DOCUMENTS = ShardOptions.shard_size
@@ -239,6 +247,20 @@ def _pisa_job(folder: Path, index: Path, threads: int) -> tuple[int, dict]:
                                   "unique_terms": meta["unique_terms"], "total_terms": meta["total_terms"]}
 
 
+def _approximate_job(engine: str, folder: Path, index: Path) -> tuple[int, dict]:
+    """The ``engine``'s build alone (one thread, its declared defaults), the scan read back first, untimed."""
+    from vtrepro.encode.scan import scan_folder
+    from vtrepro.index.build_approximate import build_approximate_index
+
+    summary = scan_folder(folder, _scan_record(folder)).fingerprint
+    began = time.perf_counter()
+    meta = build_approximate_index(engine, folder, index, threads=1, expected=summary)
+    seconds = time.perf_counter() - began
+    return _folder_bytes(index), {"threads": 1, "build_seconds": seconds, "documents_per_s": summary.count / seconds,
+                                  "options": meta["options"], "held_max_impact": meta["held_max_impact"],
+                                  "unique_terms": meta["unique_terms"], "total_terms": meta["total_terms"]}
+
+
 def same_files(folder: Path, other: Path) -> bool:
     """Whether two folders hold the same file names with the same bytes (compared in chunks: the bench's own
     memory stays small, and every stage it starts after would otherwise count it)."""
@@ -252,13 +274,43 @@ def _search_job(engine: str, index: Path, queries_path: Path, k: int, run_path: 
     from vtrepro.search.pisa import search_pisa
     from vtrepro.search.runs import SearchTiming, write_trec_run
 
-    search = search_impact if engine == "lucene" else search_pisa
     queries = read_query_vectors(queries_path)
+    refused = 0
+    search: Callable[..., Any] = search_impact if engine == "lucene" else search_pisa
+    if engine in APPROXIMATE_ENGINES:
+        from vtrepro.search.approximate import ApproximateSearcher, search_approximate
+
+        searcher = ApproximateSearcher(engine, index)
+        kept = {qid: vector for qid, vector in queries.items() if _takes(searcher, qid, vector)}
+        refused, queries = len(queries) - len(kept), kept
+
+        def search(index: Path, queries: dict, k: int, threads: int, timing: Any = None) -> Any:
+            return search_approximate(engine, index, queries, k, timing=timing, searcher=searcher)
+
     search(index, dict(list(queries.items())[:WARMUP_QUERIES]), k, 1)  # warm-up: JIT compilation, page cache
     timing = SearchTiming()
     run = search(index, queries, k, 1, timing=timing)
     write_trec_run(run, run_path)
-    return None, timing.figures()
+    return None, {**timing.figures(), **({"queries_refused": refused} if engine in APPROXIMATE_ENGINES else {})}
+
+
+def _takes(searcher: Any, qid: str, vector: dict) -> bool:
+    """Whether the approximate engine takes the query as it is (BMP refuses one whose 16-bit sums could wrap)."""
+    try:
+        searcher.check(qid, vector)
+    except VtreproError:
+        return False
+    return True
+
+
+def recall_figures(run_path: Path, exact_path: Path, k: int, exact_engine: str) -> dict[str, Any]:
+    """An approximate run's recall@10 and recall@1000 against the exact run of the same k (None past k)."""
+    from vtrepro.evaluate.against_exact import DEPTHS, recall_against_exact
+    from vtrepro.search.runs import read_trec_run
+
+    run, exact = read_trec_run(run_path), read_trec_run(exact_path)
+    return {"exact_engine": exact_engine, **{f"recall@{depth}_vs_exact": recall_against_exact(run, exact, depth)
+                                             if k >= depth else None for depth in DEPTHS}}
 
 
 def _evaluate_job(run_path: Path, documents: int) -> tuple[None, dict]:
@@ -294,14 +346,22 @@ def measure_size(statistics: CollectionStatistics, documents: int, queries_path:
         build.figures = {**(build.figures or {}), **scaling(build.figures or {}, pisa_builds[1].figures or {}),
                          **({"index_identical": same_files(work / f"pisa-{threads}", work / "pisa-1")} if threads > 1 else {})}
         record(build)
+    for engine in engines:
+        if engine in APPROXIMATE_ENGINES:
+            record(run_stage(f"index {engine}", documents, _approximate_job, engine, folder, work / engine))
+    exact_engine = next((engine for engine in ("pisa", "lucene") if engine in engines), None)
     for k in KS:
         runs = {engine: work / f"{engine}-{k}.trec" for engine in engines}
-        searches = [run_stage(f"search {engine} k={k}", documents, _search_job, engine, work / f"{engine}-1",
-                              queries_path, k, runs[engine]) for engine in engines]
-        if len(runs) == len(ENGINES):
+        searches = {engine: run_stage(f"search {engine} k={k}", documents, _search_job, engine,
+                                      work / (engine if engine in APPROXIMATE_ENGINES else f"{engine}-1"), queries_path, k,
+                                      runs[engine]) for engine in engines}
+        if set(ENGINES) <= set(engines):
             identical = runs["lucene"].read_bytes() == runs["pisa"].read_bytes()
-            searches[-1].figures = {**(searches[-1].figures or {}), "runs_identical": identical}
-        for figure in searches:
+            searches["pisa"].figures = {**(searches["pisa"].figures or {}), "runs_identical": identical}
+        for engine, figure in searches.items():
+            if engine in APPROXIMATE_ENGINES and exact_engine is not None:
+                figure.figures = {**(figure.figures or {}), **recall_figures(runs[engine], runs[exact_engine], k,
+                                                                             exact_engine)}
             record(figure)
         for threads in build_threads[1:] if "lucene" in engines else []:
             run = work / f"lucene-t{threads}-{k}.trec"
@@ -309,7 +369,7 @@ def measure_size(statistics: CollectionStatistics, documents: int, queries_path:
                                work / f"lucene-{threads}", queries_path, k, run)
             search.figures = {**(search.figures or {}), "runs_identical": run.read_bytes() == runs["lucene"].read_bytes()}
             record(search)
-    record(run_stage("evaluate", documents, _evaluate_job, work / f"{engines[0]}-1000.trec", documents))
+    record(run_stage("evaluate", documents, _evaluate_job, work / f"{exact_engine or engines[0]}-1000.trec", documents))
 
 
 def scaling(build: dict, one_thread: dict) -> dict[str, float]:
@@ -332,15 +392,17 @@ def growth_exponents(figures: list[StageFigures]) -> dict[str, float]:
 
 def print_table(figures: list[StageFigures], exponents: dict[str, float]) -> None:
     print(f"{'stage':26} {'documents':>10} {'seconds':>9} {'CPU s':>8} {'peak RSS MB':>11} {'size MB':>9} "
-          f"{'queries/s':>10} {'p50 ms':>7} {'p99 ms':>7}")
+          f"{'queries/s':>10} {'mean ms':>7} {'p50 ms':>7} {'p99 ms':>7} {'R@10 exact':>10}")
     for figure in figures:
         extra = figure.figures or {}
         size = f"{figure.size_bytes / 2**20:.0f}" if figure.size_bytes else "-"
         cpu = f"{figure.cpu_seconds:.1f}" if figure.cpu_seconds is not None else "-"
         search = [f"{extra[key]:.1f}" if extra.get(key) is not None else "-"
-                  for key in ("search_queries_per_s", "latency_p50_ms", "latency_p99_ms")]
+                  for key in ("search_queries_per_s", "latency_mean_ms", "latency_p50_ms", "latency_p99_ms")]
+        recall = f"{extra['recall@10_vs_exact']:.3f}" if extra.get("recall@10_vs_exact") is not None else "-"
         print(f"{figure.stage:26} {figure.documents:>10} {figure.seconds:>9.1f} {cpu:>8} "
-              f"{figure.peak_rss_bytes / 2**20:>11.0f} {size:>9} {search[0]:>10} {search[1]:>7} {search[2]:>7}")
+              f"{figure.peak_rss_bytes / 2**20:>11.0f} {size:>9} {search[0]:>10} {search[1]:>7} {search[2]:>7} "
+              f"{search[3]:>7} {recall:>10}")
     if exponents:
         print("growth exponents (seconds ~ documents^e): " + ", ".join(f"{stage} {value:.2f}"
                                                                        for stage, value in exponents.items()))
@@ -354,7 +416,7 @@ def print_builds(figures: list[StageFigures]) -> None:
           f"{'speed-up':>8} {'efficiency':>10} {'segments':>8} {'peak RSS MB':>11} "
           + " ".join(f"{f'runs k={k}':>11}" for k in KS))
     for figure in figures:
-        if not figure.stage.startswith("index "):
+        if not figure.stage.startswith("index ") or "speed_up" not in (figure.figures or {}):
             continue
         engine, build = figure.stage.split()[1], figure.figures or {}
         identical = []
@@ -369,6 +431,30 @@ def print_builds(figures: list[StageFigures]) -> None:
               f"{build['documents_per_s']:>8.0f} {build['documents_per_s_per_thread']:>13.0f} {build['speed_up']:>8.2f} "
               f"{build['efficiency']:>10.2f} {build.get('segments', '-'):>8} {figure.peak_rss_bytes / 2**20:>11.0f} "
               + " ".join(f"{text:>11}" for text in identical))
+
+
+def print_engines(figures: list[StageFigures]) -> None:
+    """One row per size, engine and k: its one-thread build seconds and index size, its one-thread search's
+    queries/s and latency, and its recall against exact (an exact engine's runs are exact)."""
+    print(f"{'documents':>10} {'engine':>7} {'k':>5} {'build s':>8} {'size MB':>8} {'queries/s':>10} {'mean ms':>8} "
+          f"{'p50 ms':>7} {'p99 ms':>7} {'R@10 exact':>10} {'R@1000 exact':>12}")
+    for figure in figures:
+        stage = figure.stage.split()
+        if stage[0] != "search" or len(stage) != 3:  # the one-thread index's searches
+            continue
+        engine, k, extra = stage[1], int(stage[2].partition("=")[2]), figure.figures or {}
+        build = next((other for other in figures if other.documents == figure.documents and other.stage in
+                      (f"index {engine}", f"index {engine} t=1")), None)
+        build_s = f"{(build.figures or {})['build_seconds']:.1f}" if build else "-"
+        size = f"{build.size_bytes / 2**20:.0f}" if build and build.size_bytes else "-"
+        latency = [f"{extra[key]:.2f}" if extra.get(key) is not None else "-"
+                   for key in ("latency_mean_ms", "latency_p50_ms", "latency_p99_ms")]
+        recalls = [("exact" if engine not in APPROXIMATE_ENGINES else
+                    f"{extra[key]:.3f}" if extra.get(key) is not None else "-")
+                   for key in ("recall@10_vs_exact", "recall@1000_vs_exact")]
+        rate = f"{extra['search_queries_per_s']:.1f}" if extra.get("search_queries_per_s") else "-"
+        print(f"{figure.documents:>10} {engine:>7} {k:>5} {build_s:>8} {size:>8} {rate:>10} {latency[0]:>8} "
+              f"{latency[1]:>7} {latency[2]:>7} {recalls[0]:>10} {recalls[1]:>12}")
 
 
 def bench_scale(vectors_dir: Path, queries_path: Path, sizes: list[int], output: Path, build_threads: list[int],
@@ -399,6 +485,7 @@ def bench_scale(vectors_dir: Path, queries_path: Path, sizes: list[int], output:
     exponents = growth_exponents(figures)
     print_table(figures, exponents)
     print_builds(figures)
+    print_engines(figures)
     differing = [f"{figure.documents} documents, {figure.stage}" for figure in figures
                  if False in ((figure.figures or {}).get("runs_identical"), (figure.figures or {}).get("index_identical"))]
     print(f"runs: DIFFER ({'; '.join(differing)})" if differing else

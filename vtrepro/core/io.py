@@ -305,7 +305,45 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     valid records too (a duplicate id, a bad impact), which the reader does not expose.
     """
     path = Path(path)
-    for line_number, line in read_lines(path):
+    yield from _records(path, read_lines(path))
+
+
+def read_jsonl_range(path: str | Path, start: int, stop: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """:func:`read_jsonl` of the lines of a plain (not gzipped) file from byte ``start`` to byte ``stop``, both at
+    line starts (``stop`` may be the file's end), numbered by their line in the whole file: read by offset, with
+    nothing before ``start`` read but its newlines (counted for the numbers)."""
+    path = Path(path)
+
+    def lines() -> Iterator[tuple[int, str]]:
+        with open(path, "rb") as handle:
+            before = 0
+            while handle.tell() < start:
+                chunk = handle.read(min(2**24, start - handle.tell()))
+                if not chunk:
+                    raise VtreproError(f"{path}: shorter than byte {start}: changed while being read; rerun")
+                before += chunk.count(b"\n")
+            for number, raw in bounded_lines(_ByteRange(handle, stop - start), path, MAX_LINE_BYTES):
+                yield before + number, _decoded(raw, path, before + number)
+
+    yield from _records(path, lines())
+
+
+class _ByteRange:
+    """The next ``size`` bytes of an open file, read line by line (:func:`~vtrepro.core.archives.bounded_lines`)."""
+
+    def __init__(self, handle: IO[bytes], size: int):
+        self.handle, self.left = handle, size
+
+    def readline(self, size: int = -1, /) -> bytes:
+        limit = self.left if size < 0 else min(size, self.left)
+        raw = self.handle.readline(limit) if limit > 0 else b""
+        self.left -= len(raw)
+        return raw
+
+
+def _records(path: Path, lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The JSON object of each non-blank numbered line; a bad line is a one-line error."""
+    for line_number, line in lines:
         if not line.strip():
             continue
         record = parse_json(line, f"{path}:{line_number}", "fix or remove that line")

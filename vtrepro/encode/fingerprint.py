@@ -66,6 +66,12 @@ class Fingerprinter:
         self._keyed.append((hashlib.sha256(record_id.encode("utf-8")).digest(), _record_digest(record_id, vector)))
         self._total += sum(vector.values())
 
+    def merge(self, other: Fingerprinter) -> None:
+        """Add every record ``other`` saw: a part of the same set, fingerprinted in another process (the
+        fingerprint does not depend on the order records arrive in)."""
+        self._keyed += other._keyed
+        self._total += other._total
+
     def summary(self) -> VectorSetSummary:
         """The fingerprint of every record added; two records sharing an id raise :class:`DuplicateId`."""
         keyed = sorted(self._keyed)

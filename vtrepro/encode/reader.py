@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import check_regular_file, read_jsonl, unsafe_character
+from vtrepro.core.io import check_regular_file, read_jsonl, read_jsonl_range, unsafe_character
 
 MAX_IMPACT = 2**31 - 1
 """Anserini stores an impact as a Lucene term frequency: a positive 32-bit integer."""
@@ -108,6 +108,14 @@ def read_vectors(files: list[Path] | Path, allow_empty: bool = False) -> Iterato
     for path in paths:
         for line, record in read_jsonl(path):
             yield (path, line, *_checked_vector(path, line, record, allow_empty))
+
+
+def read_vector_range(path: Path, start: int, stop: int) -> Iterator[tuple[Path, int, str, Vector]]:
+    """:func:`read_vectors` of the records of one plain file from byte ``start`` to ``stop`` (both at line starts:
+    a build split the file at line boundaries), numbered by their line in the file; a part of a read, not
+    counted as a full one."""
+    for line, record in read_jsonl_range(path, start, stop):
+        yield (path, line, *_checked_vector(path, line, record, False))
 
 
 def load_vectors(files: list[Path] | Path, allow_empty: bool = False) -> dict[str, Vector]:

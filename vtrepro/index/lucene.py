@@ -26,9 +26,9 @@ from vtrepro.core.io import check_folder_files, check_output, process_alive
 from vtrepro.core.java import describe_causes, java_class, java_errors, java_path, logged_java_errors, start_jvm
 from vtrepro.core.log import verbose
 from vtrepro.core.progress import Progress
-from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files
+from vtrepro.encode.fingerprint import VectorSetSummary
 from vtrepro.encode.reader import count_full_read, vector_files
-from vtrepro.index.parts import POLL_S, in_processes, split_files
+from vtrepro.index.parts import POLL_S, Piece, fingerprint_in_parts, in_processes, piece_inputs, split_pieces
 
 logger = logging.getLogger(__name__)
 
@@ -250,23 +250,26 @@ def build_impact_index(vectors_dir: str | Path, index_dir: str | Path, threads: 
     vector files are given to Anserini (never hidden temporary files), and the index must hold
     exactly their documents and impact total.
 
-    ``threads`` are processes: the vector files are split into that many contiguous parts of about equal
-    bytes (:func:`vtrepro.index.parts.split_files`; never more parts than files, nor parts of under
-    ``min_part_bytes``), each indexed by its own JVM with one Anserini thread, and the parts' segments are
+    ``threads`` are processes: the vectors are split into that many contiguous parts of about equal bytes, a
+    large plain file at line boundaries (:func:`vtrepro.index.parts.split_pieces`; never parts of under
+    ``min_part_bytes``; a range reaches Anserini through a named pipe, no copy on disk), each indexed by its own
+    JVM with one Anserini thread, and the parts' segments are
     then added to one index (Lucene's ``addIndexes``, which copies them: the disk holds the index twice
     while it does). Lucene's internal document order depends on the split, and no run does
     (:func:`vtrepro.search.runs.search_until_complete`).
     """
     files = vector_files(vectors_dir)
-    expected = expected or fingerprint_files(files)
+    expected = expected or fingerprint_in_parts(files, threads)
     holds = IndexInput(vectors_dir, expected.count, expected.total_impact)
-    parts = split_files(files, threads, min_part_bytes) if files else [files]
+    parts = split_pieces(files, threads, min_part_bytes) if files else [[]]
     with _work_folder(Path(index_dir)) as work:
         count_full_read(files, "Anserini's index build")
         if len(parts) == 1:
             return _run_indexer("JsonVectorCollection", _linked(files, work / "input"), Path(index_dir), work, 1,
                                 IMPACT_OPTIONS, holds)
-        logger.info(f"index: {len(files)} vector files indexed by {len(parts)} processes")
+        divided = len({piece.path for part in parts for piece in part if not piece.whole})
+        logger.info(f"index: {len(files)} vector files indexed by {len(parts)} processes"
+                    + (f" ({divided} divided at line boundaries)" if divided else ""))
         indexed = get_context("spawn").Array("q", len(parts), lock=False)
         part_indexes = [work / f"part-{number}" for number in range(len(parts))]
         buffer_mb = _part_memory_buffer_mb(len(parts))
@@ -307,16 +310,17 @@ def _share_counters(indexed: list[int]) -> None:
     _indexed_by_part = indexed
 
 
-def _index_part(number: int, files: list[Path], part_index: Path, source: str, index_dir: str,
+def _index_part(number: int, pieces: list[Piece], part_index: Path, source: str, index_dir: str,
                 buffer_mb: int) -> dict[str, int]:
-    """In a spawned process: index one part's ``files`` into ``part_index`` with one Anserini thread."""
+    """In a spawned process: index one part's ``pieces`` (whole files, ranges through named pipes this process
+    fills) into ``part_index`` with one Anserini thread."""
     def report(indexed: int) -> None:
         if _indexed_by_part is not None:
             _indexed_by_part[number] = indexed
 
-    linked = _linked(files, part_index.with_name(f"{part_index.name}-input"))
-    return _anserini_build("JsonVectorCollection", linked, part_index, 1,
-                           [*IMPACT_OPTIONS, "-memoryBuffer", str(buffer_mb)], source, Path(index_dir), report)
+    with piece_inputs(pieces, part_index.with_name(f"{part_index.name}-input")) as inputs:
+        return _anserini_build("JsonVectorCollection", inputs, part_index, 1,
+                               [*IMPACT_OPTIONS, "-memoryBuffer", str(buffer_mb)], source, Path(index_dir), report)
 
 
 def _add_indexes(part_indexes: list[Path], index: Path) -> None:

@@ -27,9 +27,9 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import JSON_FILE_BYTES, FieldTypes, check_fields, process_alive, read_json_file, write_json
 from vtrepro.core.log import verbose
 from vtrepro.core.progress import Progress
-from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files
-from vtrepro.encode.reader import read_vectors, vector_files
-from vtrepro.index.parts import in_processes, split_files
+from vtrepro.encode.fingerprint import VectorSetSummary
+from vtrepro.encode.reader import vector_files
+from vtrepro.index.parts import Piece, fingerprint_in_parts, in_processes, read_piece_vectors, split_pieces
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def build_pisa_index(vectors_dir: str | Path, index_dir: str | Path, expected: V
         raise VtreproError(f"{index_dir}: exists and is not a PISA index; refusing to replace it: remove it or "
                            "choose another PISA index folder")
     files = vector_files(vectors_dir)
-    expected = expected or fingerprint_files(files)
+    expected = expected or fingerprint_in_parts(files, threads)
     if not expected.count:
         raise VtreproError(f"{vectors_dir}: the vector files hold no documents; point at an encoded corpus")
     index_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -122,7 +122,7 @@ def ensure_pisa_index(vectors_dir: str | Path, index_dir: str | Path,
                       threads: int = DEFAULT_THREADS) -> tuple[dict, float | None]:
     """The PISA index of ``vectors_dir`` at ``index_dir``, kept when it holds exactly these vectors (same
     fingerprint) and built otherwise with ``threads``: (its metadata, build seconds or None when kept)."""
-    summary = fingerprint_files(vector_files(vectors_dir))
+    summary = fingerprint_in_parts(vector_files(vectors_dir), threads)
     meta = read_pisa_meta(index_dir)
     if meta is not None and meta["vectors_sha256"] == summary.sha256:
         return meta, None
@@ -138,10 +138,11 @@ def _write_index(files: list[Path], folder: Path, expected: VectorSetSummary, th
     Two passes over the vectors, so memory holds the vocabulary and a count per document, never the
     postings: the first counts each term's documents (and writes the document lexicon), the second writes
     every posting straight to its place in memory-mapped output files, documents in collection order.
-    Both passes split the files into contiguous parts read by one process each; the parts' counts are
+    Both passes split the vectors into contiguous parts read by one process each (a large plain file at line
+    boundaries, each range read by offset: :func:`vtrepro.index.parts.split_pieces`); the parts' counts are
     merged in collection order (each part's postings of a term placed after the earlier parts'), so every
     file is byte for byte the one a single process writes."""
-    parts = split_files(files, threads)
+    parts = split_pieces(files, threads)
     shown = len(parts) == 1  # a bar per process would interleave
     if not shown:
         logger.info(f"index (PISA): {len(files)} vector files read by {len(parts)} processes")
@@ -202,13 +203,13 @@ class _PartCounts:
         self.max_impact = 0
 
 
-def _count_terms(files: list[Path], documents_lexicon: Path, documents: int, shown: bool) -> _PartCounts:
+def _count_terms(pieces: list[Piece], documents_lexicon: Path, documents: int, shown: bool) -> _PartCounts:
     """Pass one over a part: count each term's documents and write the document ids, one a line, in
     collection order."""
     part = _PartCounts()
     with open(documents_lexicon, "w", encoding="utf-8") as lexicon, \
             Progress(documents, "index (PISA): count terms", "doc", enabled=shown) as progress:
-        for _, _, doc_id, vector in read_vectors(files):
+        for _, _, doc_id, vector in read_piece_vectors(pieces):
             for term in vector:
                 token = pisa_term(term)
                 part.counts[token] = part.counts.get(token, 0) + 1
@@ -219,7 +220,7 @@ def _count_terms(files: list[Path], documents_lexicon: Path, documents: int, sho
     return part
 
 
-def _write_postings(files: list[Path], folder: Path, shape: dict[str, int], rank: dict[str, int],
+def _write_postings(pieces: list[Piece], folder: Path, shape: dict[str, int], rank: dict[str, int],
                     cursor: np.ndarray, first: int, documents: int, shown: bool) -> None:
     """Pass two over a part: each posting (document number from ``first``, impact) at ``cursor`` of its
     term, which moves on."""
@@ -227,7 +228,7 @@ def _write_postings(files: list[Path], folder: Path, shape: dict[str, int], rank
     freq_file = np.memmap(folder / "inv.freqs", dtype=np.uint32, mode="r+", shape=(shape["freqs"],))
     cursor = cursor.copy()
     with Progress(documents, "index (PISA)", "doc", enabled=shown) as progress:
-        for number, (_, _, _, vector) in enumerate(read_vectors(files), start=first):
+        for number, (_, _, _, vector) in enumerate(read_piece_vectors(pieces), start=first):
             ranks = [rank[pisa_term(term)] for term in vector]
             places = cursor[ranks]
             doc_file[2 + places] = number

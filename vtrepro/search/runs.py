@@ -24,6 +24,7 @@ from vtrepro.core.io import atomic_write, read_lines
 from vtrepro.core.options import Options, option
 from vtrepro.core.schema import Field
 from vtrepro.encode.reader import MAX_IMPACT
+from vtrepro.index.approximate import APPROXIMATE_ENGINES
 
 # numpy is imported where latencies are summarized, on purpose: every command's `--help` stays fast.
 
@@ -63,7 +64,10 @@ class SearchTiming:
 
 
 ENGINES = ("lucene", "pisa")
-"""The impact search engines: the same run from either (PISA's MaxScore is faster)."""
+"""The exact impact search engines: the same run from either (PISA is faster)."""
+ALL_ENGINES = (*ENGINES, *APPROXIMATE_ENGINES)
+"""Every engine ``index`` and ``search`` take: the exact ones, then the approximate ones
+(:mod:`vtrepro.index.approximate`), whose runs are measured against an exact run, never pinned."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,9 @@ class SearchOptions(Options):
              f"is cut to them before searching (the same run), and queries x hits must stay within "
              f"{MAX_RUN_HITS:,} (a run is held in memory)"))
     threads: int = option(Field(int, DEFAULT_THREADS, minimum=1, help="search threads (results do not depend on it)"))
-    engine: str = option(Field(str, "lucene", ENGINES, help="lucene or pisa: the same run, PISA's MaxScore is faster"))
+    engine: str = option(Field(str, "lucene", ALL_ENGINES,
+                               help="lucene or pisa: the same exact run, PISA is faster; seismic or bmp: approximate, "
+                                    "measured against an exact run (--exact-index or --exact-run)"))
     keep_query_id: bool = option(Field(bool, False, help="keep hits whose docid equals the query id"))
 
 

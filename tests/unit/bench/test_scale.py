@@ -1,5 +1,6 @@
 """``bench scale``: synthetic collections drawn from a real encoding's statistics, and every stage after encoding
 measured on them (both engines' runs identical)."""
+import importlib.util
 import json
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
@@ -154,3 +155,27 @@ def test_a_stage_reports_its_own_peak_memory_not_its_parents():
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         child_peak = pool.submit(_peak_rss_bytes).result()
     assert len(held) and child_peak < 400 * 2**20
+
+
+@pytest.mark.slow
+def test_approximate_engines_are_measured_against_the_exact_run(tmp_path, capsys):
+    """``--engines pisa,seismic,bmp``: each approximate engine built and searched at both k, its recall@10 and
+    recall@1000 against PISA's run of the same k recorded, and one row per engine and k printed."""
+    pytest.importorskip("bmp", reason="bmp is not installed (pip install 'vtrepro[approximate]')")
+    engines = "pisa,seismic,bmp" if importlib.util.find_spec("seismic") else "pisa,bmp"
+    source = write_source(tmp_path / "source")
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text("".join(json.dumps({"id": f"q{number}", "vector": {TERMS[number]: 3, TERMS[number + 5]: 1}}) + "\n"
+                               for number in range(8)))
+    output = tmp_path / "scale"
+    assert bench(["scale", "--vectors", str(source), "--queries", str(queries), "--sizes", "300", "--build-threads", "1",
+                  "--engines", engines, "--output", str(output)]) == 0
+    stages = {stage["stage"]: stage for stage in json.loads((output / "scale.json").read_text())["stages"]}
+    for engine in engines.split(",")[1:]:
+        assert stages[f"index {engine}"]["size_bytes"] > 0 and stages[f"index {engine}"]["figures"]["build_seconds"] > 0
+        ten, thousand = stages[f"search {engine} k=10"]["figures"], stages[f"search {engine} k=1000"]["figures"]
+        assert 0 <= ten["recall@10_vs_exact"] <= 1 and ten["recall@1000_vs_exact"] is None
+        assert 0 <= thousand["recall@1000_vs_exact"] <= 1 and thousand["exact_engine"] == "pisa"
+        assert {"latency_mean_ms", "latency_p50_ms", "latency_p99_ms", "search_queries_per_s"} <= set(ten)
+    out = capsys.readouterr().out
+    assert "R@1000 exact" in out and "     bmp  1000" in out

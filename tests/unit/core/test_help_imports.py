@@ -9,7 +9,7 @@ import sys
 from vtrepro.__main__ import COMMANDS
 
 HEAVY_MODULES = ("torch", "transformers", "tokenizers", "safetensors", "sentence_transformers", "datasets", "pandas",
-                 "scipy", "matplotlib", "pyserini", "jnius", "numpy")
+                 "scipy", "matplotlib", "pyserini", "jnius", "numpy", "seismic", "bmp")
 """Libraries no parser needs, each costing from a tenth of a second (numpy) to many seconds (torch) to import."""
 
 # One process for every command, each command's help built in turn: a heavy module is charged to the first

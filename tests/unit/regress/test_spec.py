@@ -186,3 +186,13 @@ def test_record_keeps_comments_and_order(tmp_path):
     assert spec.conditions[1].datasets[0].scores == {"ndcg@10": 0.25, "recall@100": 0.2}
     assert spec.conditions[0].datasets[0].reference == {"ndcg@10": 0.6789}
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("where", ["defaults", "condition"])
+def test_no_spec_chooses_an_approximate_engine_for_a_pinned_figure(tmp_path, where):
+    """Every pinned figure is searched exactly (Lucene): a spec has no engine key, so 'engine: seismic' (an
+    approximate engine, measured against exact but never pinned) is an unknown key at its line."""
+    text = (VALID.replace("  metrics: [ndcg@10, recall@100]\n", "  metrics: [ndcg@10, recall@100]\n  engine: seismic\n")
+            if where == "defaults" else VALID.replace("    model: splade-tiny\n", "    model: splade-tiny\n    engine: bmp\n"))
+    with pytest.raises(VtreproError, match=r"unknown key 'engine'"):
+        load_spec(write(tmp_path, text))

@@ -270,11 +270,13 @@ def test_pisa_writes_the_regression_run_file_byte_for_byte(splade_tiny_run, data
         assert (tmp_path / "run.trec").read_bytes() == (folder / "run.trec").read_bytes(), f"{threads} threads"
 
 
-def test_the_pisa_index_is_byte_identical_whatever_the_processes(tmp_path):
-    """Several processes each read a contiguous part of the vector files; the index they write together is
-    the one-process index byte for byte (postings in collection order, one document lexicon)."""
+@pytest.mark.parametrize("layout", ["five files", pytest.param("one file", marks=pytest.mark.slow)])
+def test_the_pisa_index_is_byte_identical_whatever_the_processes(tmp_path, layout):
+    """Several processes each read a contiguous part of the vectors (whole files, or one file divided at line
+    boundaries and read by offset); the index they write together is the one-process index byte for byte
+    (postings in collection order, one document lexicon)."""
     from vtrepro.bench.scale import same_files
-    from vtrepro.index.parts import split_files
+    from vtrepro.index.parts import split_files, split_pieces
 
     rng = random.Random(7)
     terms = [f"t{number}" for number in range(40)] + ["Paris", "paris"]
@@ -286,7 +288,14 @@ def test_the_pisa_index_is_byte_identical_whatever_the_processes(tmp_path):
                    for doc in range(rng.randint(3, 30))]
         records += [{"id": f"d{part}-copy", "contents": "", "vector": {"paris": 4, "t1": 2}}]
         (vectors / f"part-{part:05d}.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
-    assert [len(part) for part in split_files(sorted(vectors.iterdir()), 3)] != [5]
+    if layout == "one file":
+        with open(vectors / "all.jsonl", "wb") as joined:
+            for path in sorted(vectors.glob("part-*.jsonl")):
+                joined.write(path.read_bytes())
+                path.unlink()
+        assert len(split_pieces([vectors / "all.jsonl"], 3)) == 3
+    else:
+        assert [len(part) for part in split_files(sorted(vectors.iterdir()), 3)] != [5]
     indexes = {threads: tmp_path / f"pisa-{threads}" for threads in (1, 2, 3, 8)}
     for threads, index in indexes.items():
         build_pisa_index(vectors, index, threads=threads)
