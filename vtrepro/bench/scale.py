@@ -10,7 +10,8 @@ search with both engines at ``k`` 10 and 1000 (one thread, the real queries of t
 be Lucene's, and each many-thread Lucene index's runs the one-thread index's, byte for byte) and evaluation against
 synthetic judgments. With ``--engines`` naming Seismic or BMP, each is built (one thread, its declared defaults) and
 searched the same way, and its runs measured against the exact engine's (PISA's, else Lucene's): recall@10 and
-recall@1000 against exact. Printed and written as JSON: seconds, CPU seconds, peak RSS, size on disk, queries/s and
+recall@1000 against exact, over the queries it takes (BMP refuses a query whose 16-bit sums could wrap: counted as
+``queries_refused``). Printed and written as JSON: seconds, CPU seconds, peak RSS, size on disk, queries/s and
 latency (mean, p50, p99) per stage and size, one row per engine and k (build seconds, size, queries/s, latency,
 recall against exact), and each stage's growth exponent (the slope of log seconds over log documents; 1 is linear).
 
@@ -291,7 +292,9 @@ def _search_job(engine: str, index: Path, queries_path: Path, k: int, run_path: 
     timing = SearchTiming()
     run = search(index, queries, k, 1, timing=timing)
     write_trec_run(run, run_path)
-    return None, {**timing.figures(), **({"queries_refused": refused} if engine in APPROXIMATE_ENGINES else {})}
+    refused_ids = sorted(set(read_query_vectors(queries_path)) - set(queries))
+    return None, {**timing.figures(), **({"queries_refused": refused, "refused_ids": refused_ids}
+                                         if engine in APPROXIMATE_ENGINES else {})}
 
 
 def _takes(searcher: Any, qid: str, vector: dict) -> bool:
@@ -303,12 +306,15 @@ def _takes(searcher: Any, qid: str, vector: dict) -> bool:
     return True
 
 
-def recall_figures(run_path: Path, exact_path: Path, k: int, exact_engine: str) -> dict[str, Any]:
-    """An approximate run's recall@10 and recall@1000 against the exact run of the same k (None past k)."""
+def recall_figures(run_path: Path, exact_path: Path, k: int, exact_engine: str,
+                   refused: Sequence[str] = ()) -> dict[str, Any]:
+    """An approximate run's recall@10 and recall@1000 against the exact run of the same k (None past k), over the
+    queries the engine took (``refused``: those it did not, counted apart)."""
     from vtrepro.evaluate.against_exact import DEPTHS, recall_against_exact
     from vtrepro.search.runs import read_trec_run
 
     run, exact = read_trec_run(run_path), read_trec_run(exact_path)
+    exact = {qid: hits for qid, hits in exact.items() if qid not in set(refused)}
     return {"exact_engine": exact_engine, **{f"recall@{depth}_vs_exact": recall_against_exact(run, exact, depth)
                                              if k >= depth else None for depth in DEPTHS}}
 
@@ -360,8 +366,9 @@ def measure_size(statistics: CollectionStatistics, documents: int, queries_path:
             searches["pisa"].figures = {**(searches["pisa"].figures or {}), "runs_identical": identical}
         for engine, figure in searches.items():
             if engine in APPROXIMATE_ENGINES and exact_engine is not None:
+                refused = (figure.figures or {}).get("refused_ids", [])
                 figure.figures = {**(figure.figures or {}), **recall_figures(runs[engine], runs[exact_engine], k,
-                                                                             exact_engine)}
+                                                                             exact_engine, refused)}
             record(figure)
         for threads in build_threads[1:] if "lucene" in engines else []:
             run = work / f"lucene-t{threads}-{k}.trec"

@@ -177,5 +177,18 @@ def test_approximate_engines_are_measured_against_the_exact_run(tmp_path, capsys
         assert 0 <= ten["recall@10_vs_exact"] <= 1 and ten["recall@1000_vs_exact"] is None
         assert 0 <= thousand["recall@1000_vs_exact"] <= 1 and thousand["exact_engine"] == "pisa"
         assert {"latency_mean_ms", "latency_p50_ms", "latency_p99_ms", "search_queries_per_s"} <= set(ten)
+        assert ten["queries_refused"] == len(ten["refused_ids"]) == 0
     out = capsys.readouterr().out
     assert "R@1000 exact" in out and "     bmp  1000" in out
+
+
+def test_recall_against_exact_leaves_out_the_queries_the_engine_refused(tmp_path):
+    """A query BMP refuses (its 16-bit sums could wrap) is counted apart, not as a query it found nothing for."""
+    from vtrepro.bench.scale import recall_figures
+    from vtrepro.search.runs import write_trec_run
+
+    write_trec_run({"a": {"d1": 3.0, "d2": 2.0}, "b": {"d3": 1.0}}, tmp_path / "exact.trec")
+    write_trec_run({"a": {"d1": 3.0, "d9": 2.5}}, tmp_path / "run.trec")
+    assert recall_figures(tmp_path / "run.trec", tmp_path / "exact.trec", 10, "pisa")["recall@10_vs_exact"] == 0.25
+    figures = recall_figures(tmp_path / "run.trec", tmp_path / "exact.trec", 10, "pisa", refused=["b"])
+    assert figures["recall@10_vs_exact"] == 0.5 and figures["recall@1000_vs_exact"] is None
