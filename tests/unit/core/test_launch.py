@@ -100,8 +100,10 @@ def test_a_child_runs_the_command_and_a_failed_one_is_one_line_here(scored: Job,
         launch(missing, mode=mode, processes=processes, failed="scoring", resume="rerun it")
     assert str(failure.value) == "scoring failed (its error is above); rerun it"
     err = capfd.readouterr().err
-    assert [line for line in err.splitlines() if "error" in line.lower()] == \
-        ["error: /no/such/run.trec: file not found"] * processes, err
+    # Each process that got as far as its error says it in one line; torchrun stops the group at the first
+    # failure, so on a loaded machine a rank may be stopped before it prints (seen in a local CI run at load 4).
+    errors = [line for line in err.splitlines() if "error" in line.lower()]
+    assert 1 <= len(errors) <= processes and set(errors) == {"error: /no/such/run.trec: file not found"}, err
     assert "Traceback" not in err
 
 
