@@ -156,7 +156,8 @@ def test_hidden_temporary_files_are_never_indexed(tmp_path, capsys):
 
 def test_a_rebuild_replaces_the_index_only_when_complete(previous_index, tmp_path, capsys):
     from vtrepro.encode.fingerprint import VectorSetSummary
-    from vtrepro.index.lucene import build_impact_index, index_stats
+    from vtrepro.index.lucene import build_impact_index
+    from vtrepro.index.lucene_checks import index_stats
 
     vectors = write_vectors(tmp_path / "vectors", [*GOOD, {"id": "d9", "vector": {"lyon": 4}}])
     before = snapshot(previous_index)
@@ -172,7 +173,8 @@ def test_a_rebuild_replaces_the_index_only_when_complete(previous_index, tmp_pat
 def test_an_index_moved_aside_by_a_killed_rebuild_is_put_back(good_index, tmp_path, caplog):
     import shutil
 
-    from vtrepro.index.lucene import build_impact_index, index_stats
+    from vtrepro.index.lucene import build_impact_index
+    from vtrepro.index.lucene_checks import index_stats
 
     abandoned = tmp_path / ".index.work-999999999"  # no such process
     shutil.copytree(good_index, abandoned / "old")

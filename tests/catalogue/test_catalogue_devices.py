@@ -24,7 +24,8 @@ from vtrepro.core.anserini import installed_release
 from vtrepro.core.cli import cli_entry
 from vtrepro.encode.command import encode_main
 from vtrepro.index.command import main as index_main
-from vtrepro.index.lucene import build_impact_index, index_stats
+from vtrepro.index.lucene import build_impact_index
+from vtrepro.index.lucene_checks import index_stats
 from vtrepro.search.command import main as search_main
 
 pytestmark = pytest.mark.slow  # the hostile-input catalogue (docs/security.md): the full suite runs it

@@ -26,7 +26,8 @@ from vtrepro.encode.fingerprint import VectorSetSummary, fingerprint_files
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import read_query_vectors, vector_files
 from vtrepro.index.approximate import APPROXIMATE_ENGINES, INDEX_OPTIONS, read_meta
-from vtrepro.index.lucene import build_impact_index, index_stats, is_lucene_index
+from vtrepro.index.lucene import build_impact_index
+from vtrepro.index.lucene_checks import index_stats, is_lucene_index
 from vtrepro.index.pisa import ensure_pisa_index
 from vtrepro.search.lucene import search_impact
 from vtrepro.search.pisa import bindings_seconds_per_query, search_pisa

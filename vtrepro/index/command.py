@@ -28,7 +28,8 @@ from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import vector_files
 from vtrepro.index import lucene
 from vtrepro.index.approximate import APPROXIMATE_ENGINES, INDEX_OPTIONS, engine_options
-from vtrepro.index.lucene import build_impact_index, check_against_manifest, check_index_target
+from vtrepro.index.lucene import build_impact_index, check_index_target
+from vtrepro.index.lucene_checks import check_against_manifest
 from vtrepro.index.parts import fingerprint_in_parts
 from vtrepro.index.prebuilt import METADATA_NAME
 

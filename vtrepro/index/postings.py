@@ -15,7 +15,7 @@ from vtrepro.core.io import write_jsonl
 from vtrepro.core.java import java_class, start_jvm
 from vtrepro.core.progress import Progress
 from vtrepro.encode.reader import Vector
-from vtrepro.index.lucene import CONTENTS_FIELD, ID_FIELD, check_index_folder, index_errors
+from vtrepro.index.lucene_checks import CONTENTS_FIELD, ID_FIELD, check_index_folder, index_errors
 
 NO_MORE_DOCS = 2**31 - 1  # Lucene's DocIdSetIterator.NO_MORE_DOCS
 

@@ -31,7 +31,7 @@ from vtrepro.core.java import start_jvm
 from vtrepro.data.beir import load_dataset
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import read_query_vectors
-from vtrepro.index.lucene import index_stats, lucene_version
+from vtrepro.index.lucene_checks import index_stats, lucene_version
 from vtrepro.index.prebuilt import METADATA_NAME, PrebuiltRun, tarball_name, write_prebuilt
 from vtrepro.regress.bundle import checksum_path, write_bundle
 from vtrepro.regress.readme import ESCAPING, prebuilt_readme

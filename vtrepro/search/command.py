@@ -46,7 +46,7 @@ from vtrepro.core.io import check_output
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import read_query_vectors
 from vtrepro.index.approximate import APPROXIMATE_ENGINES, SEARCH_OPTIONS, engine_options
-from vtrepro.index.lucene import check_index_folder
+from vtrepro.index.lucene_checks import check_index_folder
 from vtrepro.index.prebuilt import PrebuiltIndex, is_prebuilt, named_members, open_prebuilt, read_topics
 from vtrepro.search import anserini_program, pyserini_module
 from vtrepro.search.anserini_program import run_anserini
@@ -177,7 +177,7 @@ def _exact_run(args: argparse.Namespace, search: SearchOptions, meta: dict, quer
     """The exact run an approximate one is measured against, its depth, and where it came from: ``--exact-run``
     as given, or ``--exact-index`` (a PISA index of the same fingerprint, or a Lucene index of the same
     documents and impact total) searched at the same ``k``."""
-    from vtrepro.index.lucene import index_stats
+    from vtrepro.index.lucene_checks import index_stats
     from vtrepro.index.pisa import read_pisa_meta
 
     if args.exact_run is not None:

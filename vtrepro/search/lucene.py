@@ -27,7 +27,8 @@ from vtrepro.core.errors import VtreproError
 from vtrepro.core.java import java_class
 from vtrepro.core.progress import Progress
 from vtrepro.encode.reader import MAX_IMPACT
-from vtrepro.index.lucene import check_terms, index_errors, verified_index
+from vtrepro.index.lucene import check_terms
+from vtrepro.index.lucene_checks import index_errors, verified_index
 from vtrepro.search.runs import (
     Bm25Options,
     Hits,

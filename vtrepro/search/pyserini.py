@@ -32,7 +32,7 @@ from vtrepro.core.io import read_jsonl
 from vtrepro.core.java import java_class, start_jvm
 from vtrepro.encode.reader import Vector, read_query_vectors
 from vtrepro.encode.vectors import Quantization, escaped_vocabulary, to_impact_vector
-from vtrepro.index.lucene import index_errors, verified_index
+from vtrepro.index.lucene_checks import index_errors, verified_index
 from vtrepro.search.runs import Run, top_hits
 
 if TYPE_CHECKING:

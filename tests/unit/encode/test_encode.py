@@ -10,7 +10,8 @@ from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.queries import encode_queries
 from vtrepro.encode.vectors import EMPTY_DOCUMENT_TERM, Quantization
 from vtrepro.encode.writer import encode_corpus
-from vtrepro.index.lucene import build_impact_index, check_against_manifest
+from vtrepro.index.lucene import build_impact_index
+from vtrepro.index.lucene_checks import check_against_manifest
 
 
 class InterruptAfter:

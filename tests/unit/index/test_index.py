@@ -3,7 +3,8 @@ import pytest
 
 from helpers import HAND_MADE_DOCS
 from vtrepro.core.errors import VtreproError
-from vtrepro.index.lucene import build_impact_index, index_stats
+from vtrepro.index.lucene import build_impact_index
+from vtrepro.index.lucene_checks import index_stats
 
 
 def test_index_keeps_every_document_and_total_impact(impact_index):

@@ -11,7 +11,8 @@ import pytest
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.encode.reader import read_vectors
-from vtrepro.index.lucene import _add_indexes, _part_memory_buffer_mb, check_index_folder, index_stats
+from vtrepro.index.lucene import _add_indexes, _part_memory_buffer_mb
+from vtrepro.index.lucene_checks import check_index_folder, index_stats
 from vtrepro.index.parts import in_processes, piece_inputs, read_piece_vectors, split_files, split_pieces, whole_pieces
 
 

@@ -7,7 +7,8 @@ from helpers import HAND_MADE_DOCS
 from vtrepro.core.errors import VtreproError
 from vtrepro.encode.vectors import escape_term
 from vtrepro.evaluate.trec import evaluate_run
-from vtrepro.index.lucene import build_bm25_index, build_impact_index, index_stats
+from vtrepro.index.lucene import build_bm25_index, build_impact_index
+from vtrepro.index.lucene_checks import index_stats
 from vtrepro.search.lucene import search_bm25, search_impact
 from vtrepro.search.runs import read_trec_run, write_trec_run
 
