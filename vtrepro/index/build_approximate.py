@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 import time
 from array import array
 from dataclasses import dataclass
@@ -45,6 +43,7 @@ from vtrepro.index.approximate import (
     require,
     write_terms,
 )
+from vtrepro.index.staging import staged_index
 
 logger = logging.getLogger(__name__)
 
@@ -177,9 +176,7 @@ def build_approximate_index(engine: str, vectors_dir: str | Path, index_dir: str
         raise VtreproError(f"{vectors_dir}: read {found[0]} documents of total impact {found[1]}, but their fingerprint "
                            f"says {expected.count} and {expected.total_impact}: the files changed while being read")
     index_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.{os.getpid()}.", suffix=".tmp", dir=index_dir.parent))
-    aside = staging.with_suffix(".old")
-    try:
+    with staged_index(index_dir) as staging:
         began = time.perf_counter()
         held = (_build_seismic(collection, staging, options, threads) if isinstance(options, SeismicIndexOptions)
                 else _build_bmp(collection, staging, options))
@@ -196,15 +193,7 @@ def build_approximate_index(engine: str, vectors_dir: str | Path, index_dir: str
                 "terms_sha256": sha256_file(staging / TERMS_NAME), "options": options.to_dict(),
                 "library": _library_version(engine), "build_seconds": time.perf_counter() - began}
         write_json(staging / META_NAME, meta)
-        if index_dir.exists():
-            index_dir.rename(aside)
-        staging.rename(index_dir)
-        return meta
-    finally:
-        if aside.exists() and not index_dir.exists():  # the new index never arrived: the old one goes back
-            aside.rename(index_dir)
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(aside, ignore_errors=True)
+    return meta
 
 
 def _library_version(engine: str) -> str:

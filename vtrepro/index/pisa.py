@@ -30,6 +30,7 @@ from vtrepro.core.progress import Progress
 from vtrepro.encode.fingerprint import VectorSetSummary
 from vtrepro.encode.reader import vector_files
 from vtrepro.index.parts import Piece, fingerprint_in_parts, in_processes, read_piece_vectors, split_pieces
+from vtrepro.index.staging import staged_index
 
 logger = logging.getLogger(__name__)
 
@@ -80,19 +81,9 @@ def build_pisa_index(vectors_dir: str | Path, index_dir: str | Path, expected: V
         raise VtreproError(f"{vectors_dir}: the vector files hold no documents; point at an encoded corpus")
     index_dir.parent.mkdir(parents=True, exist_ok=True)
     _remove_dead_builds(index_dir)
-    staging = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.{os.getpid()}.", suffix=".tmp", dir=index_dir.parent))
-    aside = staging.with_suffix(".old")
-    try:
+    with staged_index(index_dir) as staging:
         meta = _write_index(files, staging, expected, threads)
-        if index_dir.exists():
-            index_dir.rename(aside)
-        staging.rename(index_dir)
-        return meta
-    finally:
-        if aside.exists() and not index_dir.exists():  # the new index never arrived: the old one goes back
-            aside.rename(index_dir)
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(aside, ignore_errors=True)
+    return meta
 
 
 def _remove_dead_builds(index_dir: Path) -> None:
