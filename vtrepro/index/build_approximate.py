@@ -176,7 +176,7 @@ def build_approximate_index(engine: str, vectors_dir: str | Path, index_dir: str
         raise VtreproError(f"{vectors_dir}: read {found[0]} documents of total impact {found[1]}, but their fingerprint "
                            f"says {expected.count} and {expected.total_impact}: the files changed while being read")
     index_dir.parent.mkdir(parents=True, exist_ok=True)
-    with staged_index(index_dir) as staging:
+    with staged_index(index_dir, lambda folder: read_meta(folder) is not None) as staging:
         began = time.perf_counter()
         held = (_build_seismic(collection, staging, options, threads) if isinstance(options, SeismicIndexOptions)
                 else _build_bmp(collection, staging, options))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -24,7 +23,7 @@ import numpy as np
 
 from vtrepro.core.cli import DEFAULT_THREADS
 from vtrepro.core.errors import VtreproError
-from vtrepro.core.io import JSON_FILE_BYTES, FieldTypes, check_fields, process_alive, read_json_file, write_json
+from vtrepro.core.io import JSON_FILE_BYTES, FieldTypes, check_fields, read_json_file, write_json
 from vtrepro.core.log import verbose
 from vtrepro.core.progress import Progress
 from vtrepro.encode.fingerprint import VectorSetSummary
@@ -80,33 +79,9 @@ def build_pisa_index(vectors_dir: str | Path, index_dir: str | Path, expected: V
     if not expected.count:
         raise VtreproError(f"{vectors_dir}: the vector files hold no documents; point at an encoded corpus")
     index_dir.parent.mkdir(parents=True, exist_ok=True)
-    _remove_dead_builds(index_dir)
-    with staged_index(index_dir) as staging:
+    with staged_index(index_dir, lambda folder: read_pisa_meta(folder) is not None) as staging:
         meta = _write_index(files, staging, expected, threads)
     return meta
-
-
-def _remove_dead_builds(index_dir: Path) -> None:
-    """Remove what killed builds of ``index_dir`` left beside it.
-
-    A build works in ``.<name>.<pid>.<random>.tmp`` and sets the index it replaces aside as
-    ``.<name>.<pid>.<random>.old``; it removes both when it ends, exception or not, so only a killed build
-    leaves them. Such a folder whose pid no longer runs is a leftover: its pid is in its name from its
-    creation, so a live build's folder is never taken (a reused pid only keeps a leftover a while longer).
-    A build killed between setting the old index aside and moving the new one in leaves no index: the
-    old one is put back, as Lucene's builds do. Pids are this machine's: builds of one index from several
-    machines sharing a disk are not told apart.
-    """
-    pattern = re.compile(rf"\.{re.escape(index_dir.name)}\.(\d{{1,9}})\.[^.]+\.(tmp|old)")  # pids fit a C int
-    for path in sorted(index_dir.parent.iterdir()):
-        match = pattern.fullmatch(path.name)
-        if not match or not path.is_dir() or path.is_symlink() or process_alive(int(match[1])):
-            continue
-        if match[2] == "old" and not index_dir.exists() and read_pisa_meta(path) is not None:
-            path.rename(index_dir)
-            logger.warning(f"{index_dir}: put back the index an interrupted rebuild had moved aside")
-        else:
-            shutil.rmtree(path, ignore_errors=True)
 
 
 def ensure_pisa_index(vectors_dir: str | Path, index_dir: str | Path,
