@@ -42,6 +42,14 @@ INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
 every one is ``slow``, by its folder."""
 
 
+def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
+    """The fast tier (``-m "not slow"``) does not import ``tests/integration/``: every test there is slow, and
+    its modules' imports (ModernBERT's modelling code, every shipped spec) cost seconds of collection."""
+    if config.option.markexpr.strip() == "not slow" and collection_path == INTEGRATION_DIR:
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     """Mark every test under ``tests/integration/`` slow (the tiers: pyproject.toml's markers, docs/testing.md)."""
     for item in items:
@@ -356,6 +364,14 @@ def _chromium():
 def browser_render(_chromium):
     """``render(html, screenshot) -> browser.Rendering`` in the session's headless Chromium."""
     return _chromium.render
+
+
+def pytest_collection_finish(session) -> None:
+    """What collection leaves alive (imported modules, parametrize tables) lives for the whole session: frozen,
+    it is never walked again by a garbage collection, so each one (the automatic ones and the one after each
+    module) costs what the tests allocate, not the 0.2-0.3 s a full walk of torch and transformers took."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(autouse=True, scope="module")
