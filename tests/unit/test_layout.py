@@ -12,6 +12,7 @@ there is no separate tool for it (``farm-studio look``, which issue 32 names, is
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from helpers import REPO_ROOT
@@ -39,8 +40,16 @@ def package_modules() -> dict[str, Path]:
     return {module_name(path): path for path in sorted(PACKAGE_ROOT.rglob("*.py"))}
 
 
+@functools.cache
 def parse(path: Path) -> ast.Module:
+    """The syntax tree of ``path``, parsed once per session (several checks read every module; none changes a tree)."""
     return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+@functools.cache
+def nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of ``path``'s tree (``ast.walk``), listed once per session."""
+    return tuple(ast.walk(parse(path)))
 
 
 def imported_modules(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
@@ -268,7 +277,7 @@ Everything else logs."""
 def long_signatures() -> list[str]:
     found = []
     for name, path in package_modules().items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in nodes(path):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 arguments = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
                 count = len([argument for argument in arguments if argument.arg not in ("self", "cls")])
@@ -289,7 +298,7 @@ def test_only_the_logger_progress_and_cli_entry_write_to_stderr():
 def _writes_stderr(path: Path) -> bool:
     """Whether the module prints to stderr or writes to it (``print(..., file=sys.stderr)``,
     ``sys.stderr.write``); flushing it or handing it to a handler does not count."""
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in nodes(path):
         if not isinstance(node, ast.Call):
             continue
         function = node.func
@@ -311,7 +320,7 @@ def option_declarations() -> dict[str, list[str]]:
     ``option(Field(...))``) and the keys of the mappings of ``Field(...)`` that schemas still read."""
     declared: dict[str, list[str]] = {}
     for name, path in package_modules().items():
-        for node in ast.walk(parse(path)):
+        for node in nodes(path):
             if isinstance(node, ast.ClassDef):
                 for item in node.body:
                     if (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
