@@ -291,6 +291,7 @@ def test_read_only_output_folder_fails_before_any_work(good_index, tmp_path, cap
         assert_one_error_line(code, stderr, str(folder), "cannot write here")
 
 
+@pytest.mark.slow  # 1.8 s on the AVX2 EPYC: a process of its own under a file-size limit
 def test_file_size_limit_is_one_line(good_index, tmp_path):
     """A write the OS refuses (here: the process's file-size limit) is one line, and the old run stays."""
     queries = write_vectors(tmp_path / "q", [{"id": f"q{i}", "vector": {"paris": 1}} for i in range(400)])

@@ -41,6 +41,7 @@ def shard_bytes(folder):
     return {path.name: path.read_bytes() for path in sorted((folder / "vectors").glob("*.jsonl"))}
 
 
+@pytest.mark.slow  # 1.9 s on the AVX2 EPYC: an encoding of 60 documents
 def test_shards_are_json_vectors_with_integer_impacts(tmp_path, tiny_encoder, scifact_sample):
     manifest = encode_corpus(tiny_encoder, scifact_sample, tmp_path, shard_size=25, show_progress=False)
     assert manifest["complete"] and manifest["documents"] == 60 and len(manifest["shards"]) == 3
@@ -52,6 +53,7 @@ def test_shards_are_json_vectors_with_integer_impacts(tmp_path, tiny_encoder, sc
     assert not any(term.startswith("[") and term.endswith("]") for record in records for term in record["vector"])
 
 
+@pytest.mark.slow  # 3.5 s on the AVX2 EPYC: two encodings of 60 documents
 def test_fresh_encodings_are_byte_identical(tmp_path, tiny_encoder, scifact_sample):
     encode_corpus(tiny_encoder, scifact_sample, tmp_path / "a", shard_size=25, show_progress=False)
     encode_corpus(tiny_encoder, scifact_sample, tmp_path / "b", shard_size=25, show_progress=False)

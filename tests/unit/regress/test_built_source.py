@@ -22,6 +22,7 @@ conditions:
 """
 
 
+@pytest.mark.slow  # 1.9 s on the AVX2 EPYC
 def test_the_round_trip_ablation_dry_run_names_the_build_and_needs_no_script(tmp_path, data_dir, models_dir, capsys):
     output = tmp_path / "runs"
     assert regress(["--spec", "vt_round_trip_ablation", "--data-dir", str(data_dir), "--model-dir", str(models_dir),

@@ -45,6 +45,7 @@ def test_every_released_condition_is_inference_free_on_beir_13_with_its_publishe
     assert [c.trust_remote_code for c in spec.conditions] == [False, True, False, False, False]
 
 
+@pytest.mark.slow  # 1.5 s on the AVX2 EPYC: three dry runs of the released-models spec
 def test_dry_run_prints_the_plan_and_gpu_hours_and_refuses_remote_code_unless_granted(tmp_path, data_dir, capsys):
     output = tmp_path / "runs"
     command = ["--spec", "beir_released_models", "--data-dir", str(data_dir), "--model-dir", str(tmp_path / "none"),

@@ -138,6 +138,7 @@ def stalled_staging(folder, build, seconds=60.0):
     pytest.fail(f"the build never stalled (exit status {build.poll()}): {hidden(folder)}")
 
 
+@pytest.mark.slow  # 2.6 s on the AVX2 EPYC: a PISA build started and killed mid-way
 def test_a_killed_builds_temporary_folder_is_removed_by_the_next_build(both_indexes, tmp_path):
     vectors, _, clean = both_indexes
     with subprocess.Popen([sys.executable, "-c", STALLED_BUILD, str(vectors), str(tmp_path / "pisa")],
@@ -170,6 +171,7 @@ def test_a_build_removes_only_what_dead_builds_of_its_own_index_left(both_indexe
     assert hidden(tmp_path) == sorted(kept)
 
 
+@pytest.mark.slow  # 1.5 s on the AVX2 EPYC: a PISA build killed between its renames
 def test_an_index_a_killed_build_had_set_aside_is_put_back(both_indexes, tmp_path, monkeypatch):
     """Killed between moving the old index aside and the new one in: the next build puts the old one back
     first, so it survives even when that build fails too."""
@@ -270,7 +272,8 @@ def test_pisa_writes_the_regression_run_file_byte_for_byte(splade_tiny_run, data
         assert (tmp_path / "run.trec").read_bytes() == (folder / "run.trec").read_bytes(), f"{threads} threads"
 
 
-@pytest.mark.parametrize("layout", ["five files", pytest.param("one file", marks=pytest.mark.slow)])
+@pytest.mark.slow  # 4.5 s (five files) and more (one file) on the AVX2 EPYC: builds at 1, 2, 3 and 8 processes
+@pytest.mark.parametrize("layout", ["five files", "one file"])
 def test_the_pisa_index_is_byte_identical_whatever_the_processes(tmp_path, layout):
     """Several processes each read a contiguous part of the vectors (whole files, or one file divided at line
     boundaries and read by offset); the index they write together is the one-process index byte for byte

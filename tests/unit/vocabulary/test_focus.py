@@ -42,6 +42,7 @@ def test_focus_match_is_deepfocus_overlap(tokenizers: dict, source: str, target:
     assert not match.merged and not match.special
 
 
+@pytest.mark.slow  # 2.4 s on the AVX2 EPYC: two whole vocabularies matched
 def test_named_examples_from_cased_bpe_onto_bert_uncased(tokenizers: dict) -> None:
     bpe, bert = tokenizers["gpt2-bpe"], tokenizers["bert-uncased"]
     focus = focus_match(bpe, bert)
@@ -66,6 +67,7 @@ def test_named_examples_from_cased_bpe_onto_bert_uncased(tokenizers: dict) -> No
     assert normalized.special[bert.convert_tokens_to_ids("[CLS]")] == bpe.convert_tokens_to_ids("<s>")
 
 
+@pytest.mark.slow  # 1.4 s on the AVX2 EPYC: whole vocabularies matched
 def test_normalized_matching_skips_invalid_text_and_prefers_the_same_letters(tokenizers: dict) -> None:
     bpe, bert = tokenizers["gpt2-bpe"], tokenizers["bert-uncased"]
     match = match_vocabularies(bpe, bert)

@@ -95,6 +95,7 @@ def test_identity_transfer_keeps_every_weight(splade, splade_tiny: Path) -> None
     assert_same_weights(expected, model)
 
 
+@pytest.mark.slow  # 1.8 s on the AVX2 EPYC: a whole model written and read back
 def test_identity_through_the_command_line(splade, splade_tiny: Path, tmp_path: Path) -> None:
     out = tmp_path / "identity"
     assert main(["--model", str(splade_tiny), "--target-tokenizer", str(splade_tiny), "--output", str(out)]) == 0
