@@ -142,9 +142,13 @@ def run_inputs(spec: Spec, selected: list[tuple[Condition, DatasetRun]], context
             inputs += [dataset.encoded.corpus, dataset.encoded.queries]
         if condition.model:
             inputs.append(resolve_model(condition.model, context.model_dir))
-        if condition.train:
-            inputs.append(load_recipe(condition.train).path)
+    inputs += [load_recipe(recipe).path for recipe in _trained_recipes(selected)]
     return inputs
+
+
+def _trained_recipes(selected: list[tuple[Condition, DatasetRun]]) -> list[str]:
+    """The recipes the selected conditions train, each once (a condition is selected once per dataset)."""
+    return list(dict.fromkeys(condition.train for condition, _ in selected if condition.train))
 
 
 def check_outputs(spec: Spec, selected: list[tuple[Condition, DatasetRun]], context: RunContext) -> Path:
@@ -157,7 +161,7 @@ def check_outputs(spec: Spec, selected: list[tuple[Condition, DatasetRun]], cont
     if context.vectors or context.reference_vectors:
         folders.append(context.bundle_cache)
     train_root = context.train_root
-    trained = {load_recipe(condition.train).name for condition, _ in selected if condition.train}
+    trained = {load_recipe(recipe).name for recipe in _trained_recipes(selected)}
     folders += [train_root] if trained else []
     inputs = run_inputs(spec, selected, context)
     for folder in folders:
