@@ -21,11 +21,11 @@ from test_catalogue_folders import hang_guard
 
 from helpers import MINI_CORPUS, run_command, write_jsonl
 from vtrepro.core.archives import MAX_LINE_BYTES
+from vtrepro.encode.bundle import BUNDLE_FORMAT
 from vtrepro.encode.command import encode_main as encode
 from vtrepro.evaluate.command import main as evaluate
 from vtrepro.index.command import main as index
 from vtrepro.index.pisa import META_NAME
-from vtrepro.regress.bundle import BUNDLE_FORMAT
 from vtrepro.regress.command import main as regress
 from vtrepro.report.command import main as report
 from vtrepro.search.command import main as search

@@ -31,9 +31,9 @@ from helpers import assert_one_error_line, write_jsonl, write_mini_beir
 from vtrepro.bench.command import main as bench_main
 from vtrepro.core.archives import line_length as _line_length
 from vtrepro.core.cli import Command, cli_entry
+from vtrepro.encode.bundle import BUNDLE_FORMAT, MAX_LINE_BYTES
 from vtrepro.encode.command import encode_main
 from vtrepro.index.command import main as index_main
-from vtrepro.regress.bundle import BUNDLE_FORMAT, MAX_LINE_BYTES
 from vtrepro.regress.command import export_main
 from vtrepro.regress.command import main as regress_main
 from vtrepro.regress.spec import load_spec, record_observed

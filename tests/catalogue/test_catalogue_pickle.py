@@ -24,7 +24,7 @@ import pytest
 import vtrepro.__main__
 from helpers import MINI_CORPUS, assert_one_error_line, triples_recipe, write_mini_beir, write_recipe
 from vtrepro.core.cli import cli_entry
-from vtrepro.regress.bundle import checksum_path
+from vtrepro.encode.bundle import checksum_path
 from vtrepro.training.distributed import Processes
 from vtrepro.training.recipe import load_recipe
 from vtrepro.training.run_folder import PICKLED_STATE_NAME, STATE_NAME

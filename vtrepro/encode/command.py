@@ -132,7 +132,7 @@ EXPORT_VECTORS = "bundle a spec's encoded vectors with their fingerprints"
 
 
 def add_export_vectors_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``export vectors``: a spec's runs into one bundle (:mod:`vtrepro.regress.bundle`)."""
+    """The options of ``export vectors``: a spec's runs into one bundle (:mod:`vtrepro.encode.bundle`)."""
     add_spec(parser)
     add_runs(parser, "the --runs folder regress used")
     add_datasets(parser)

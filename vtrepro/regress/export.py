@@ -29,11 +29,11 @@ from vtrepro.core.errors import EXIT_OK, VtreproError
 from vtrepro.core.io import JSON_FILE_BYTES, check_output, read_json_file, write_json
 from vtrepro.core.java import start_jvm
 from vtrepro.data.beir import load_dataset
+from vtrepro.encode.bundle import checksum_path, write_bundle
 from vtrepro.encode.folder import EncodedFolder
 from vtrepro.encode.reader import read_query_vectors
 from vtrepro.index.lucene_checks import index_stats, lucene_version
 from vtrepro.index.prebuilt import METADATA_NAME, PrebuiltRun, tarball_name, write_prebuilt
-from vtrepro.regress.bundle import checksum_path, write_bundle
 from vtrepro.regress.readme import ESCAPING, prebuilt_readme
 from vtrepro.regress.results_folder import environment
 from vtrepro.regress.runner import selected_runs

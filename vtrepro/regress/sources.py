@@ -13,6 +13,7 @@ from pathlib import Path
 
 from vtrepro.core.errors import VtreproError
 from vtrepro.core.io import write_jsonl
+from vtrepro.encode.bundle import BUNDLE_MANIFEST, open_bundle, read_bundle_manifest, verify_runs
 from vtrepro.encode.fingerprint import VectorDiff, compare_vectors
 from vtrepro.encode.folder import SCAN_NAME, EncodedFolder
 from vtrepro.encode.reader import load_vectors, read_query_vectors, vector_files
@@ -28,7 +29,6 @@ from vtrepro.index.prebuilt import (
     open_prebuilt,
     read_topics,
 )
-from vtrepro.regress.bundle import BUNDLE_MANIFEST, open_bundle, read_bundle_manifest, verify_runs
 from vtrepro.regress.spec import Condition, DatasetRun, EncodedVectors
 
 

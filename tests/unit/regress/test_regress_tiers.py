@@ -13,7 +13,7 @@ from ruamel.yaml import YAML
 from helpers import record_mini_spec
 from vtrepro.core.cli import cli_entry
 from vtrepro.encode import scan as scan_module
-from vtrepro.regress.bundle import checksum_path
+from vtrepro.encode.bundle import checksum_path
 from vtrepro.regress.command import export_main
 from vtrepro.regress.command import main as regress_main
 
