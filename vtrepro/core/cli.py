@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, TypeVar
 
 from vtrepro.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, VtreproError
-from vtrepro.core.log import command_level, command_logging
+from vtrepro.core.log import command_level, command_logging, write_line
 from vtrepro.core.schema import REQUIRED, Field, bounds_text, within
 
 if TYPE_CHECKING:
@@ -322,7 +322,8 @@ def os_error_message(error: OSError) -> str:
 
 
 def _error(message: str) -> None:
-    print(f"error: {' '.join(message.split())}", file=sys.stderr)
+    write_line(f"error: {' '.join(message.split())}")
+
 
 
 def usage_error(usage: str, message: str) -> int:

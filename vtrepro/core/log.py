@@ -29,6 +29,13 @@ class _CommandHandler(logging.StreamHandler):
     """The stderr handler a command attaches (a class of its own, so a nested command adds no second one)."""
 
 
+def write_line(line: str) -> None:
+    """Write ``line`` and its newline to stderr in one write: processes sharing a stderr (torchrun's ranks run
+    unbuffered) would otherwise put one's newline after another's text (seen in CI: two ``error:`` lines as one)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def verbose() -> bool:
     """Whether third-party logs and progress bars should be shown: the ``vtrepro`` logger lets debug
     lines through (``--verbose``, or a library user's ``setLevel(logging.DEBUG)``)."""

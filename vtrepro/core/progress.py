@@ -14,7 +14,7 @@ from types import TracebackType
 
 from tqdm import tqdm
 
-from vtrepro.core.log import progress_shown
+from vtrepro.core.log import progress_shown, write_line
 
 LOG_INTERVAL_S = 60.0
 """Seconds between the interim lines a stage prints to a non-terminal."""
@@ -79,7 +79,7 @@ class Progress:
 
     @staticmethod
     def _print(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+        write_line(line)
 
     def __enter__(self) -> Progress:
         return self

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import io
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -101,3 +104,18 @@ def test_transformers_progress_bars_show_only_with_verbose(flags, shown, splade_
         assert transformers_logging.is_progress_bar_enabled() and not are_progress_bars_disabled()  # put back
     finally:
         transformers_logging.disable_progress_bar()
+
+
+def test_processes_sharing_an_unbuffered_stderr_write_whole_lines() -> None:
+    """torchrun's ranks share one stderr, unbuffered: each ``error:`` or progress line is one write, so no line
+    ends up with another's text after it (CI saw ``...file not founderror: ...`` from two ``print`` writes)."""
+    line = "error: /no/such/run.trec: file not found"
+    writer = f"from vtrepro.core.log import write_line\nfor _ in range(2000): write_line({line!r})"
+    reader, shared = os.pipe()
+    children = [subprocess.Popen([sys.executable, "-c", writer], stderr=shared,
+                                 env={**os.environ, "PYTHONUNBUFFERED": "1"}) for _ in range(3)]
+    os.close(shared)
+    with os.fdopen(reader) as text:
+        lines = text.read().splitlines()
+    assert all(child.wait() == 0 for child in children)
+    assert lines == [line] * 6000
