@@ -108,12 +108,15 @@ def test_torchrun_encoding_in_a_regression_carries_the_condition_grant(tmp_path:
 @pytest.mark.slow
 def test_torchrun_encoding_runs_model_code_only_with_the_flag(tmp_path: Path, model_with_code: Path, capfd) -> None:
     """Two torchrun processes (gloo on CPU) encode with the model that ships code: refused without the grant,
-    each process with one error line, and run with it."""
+    each process that prints with one error line, and run with it."""
     job = encode_job(tmp_path)
     with pytest.raises(VtreproError, match="failed"):
         launch(job, Shared(model_dir=tmp_path / "models"), "torchrun", 2)
+    # One line from each process that got as far as its error: torchrun stops the group at the first failure,
+    # so on a loaded machine the other may be stopped before it prints (as in test_launch).
     errors = [line for line in capfd.readouterr().err.splitlines() if "error" in line.lower()]
-    assert len(errors) == 2 and all("ships Python code" in line for line in errors), errors
+    assert 1 <= len(errors) <= 2 and all(line.startswith("error: ") and "ships Python code" in line
+                                         for line in errors), errors
     assert not (tmp_path / "ran").exists()
     launch(job, Shared(model_dir=tmp_path / "models", trust_remote_code=True), "torchrun", 2)
     assert (tmp_path / "ran").exists() and (tmp_path / "encoded" / "manifest.json").is_file()
