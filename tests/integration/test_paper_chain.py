@@ -1,7 +1,9 @@
 """The paper's whole chain at micro scale: a cased-BPE masked LM -> vocabulary transfer onto BERT-uncased
 -> MLM adaptation -> APC -> SPLADE training -> regress, through the authors' stage code (every stage
 ``preset: authors``) with its options scaled down; once from real weights (splade-tiny moved onto GPT-2's
-byte-level BPE vocabulary) and once for a random-weight ModernBERT, the code path a GPU run takes."""
+byte-level BPE vocabulary) and once for a random-weight ModernBERT, the code path a GPU run takes. The chain
+trains on the published NFCorpus and SciFact and is scored on a SciFact sub-collection (every document judged for
+a test query and 200 others, ``helpers.write_sub_collection``): whole NFCorpus test took 45 s of each chain."""
 from __future__ import annotations
 
 import json
@@ -11,7 +13,9 @@ import pytest
 import torch
 from transformers import AutoTokenizer, ModernBertConfig, ModernBertForMaskedLM
 
+from helpers import write_sub_collection
 from vtrepro.core.checkpoints import save_checkpoint
+from vtrepro.data.beir import load_dataset
 from vtrepro.regress.command import main as regress
 from vtrepro.vocabulary.gpt2 import write_round_trip_source
 
@@ -35,15 +39,17 @@ loss: {{ranking: infonce, in_batch_negatives: false, lambda_q: 0.002, lambda_d: 
 training: {{steps: 8, batch_size: 8, lr: 2.0e-5, lr_warmup_steps: 2, max_length_query: 32, max_length_doc: 128,
            save_every: 8, seed: 42, cpu_threads: 2}}
 """
-SPEC = """description: micro paper chain ({name}) on NFCorpus test
+SPEC = """description: micro paper chain ({name}) on a SciFact sub-collection
 defaults: {{metrics: [ndcg@10, recall@100]}}
 conditions:
   {name}:
     train: {recipe}
     encoder: {{max_length_doc: 64, max_length_query: 32}}
     datasets:
-      nfcorpus:
+      scifact-judged:
 """
+DISTRACTORS = 200
+"""Unjudged SciFact documents beside the judged ones in the scored sub-collection (as the APC pipeline's test)."""
 
 
 def bpe_source(kind: str, gpt2_bpe: Path, splade_tiny: Path, folder: Path) -> Path:
@@ -60,6 +66,14 @@ def bpe_source(kind: str, gpt2_bpe: Path, splade_tiny: Path, folder: Path) -> Pa
     return folder
 
 
+def chain_data(data_dir: Path, root: Path) -> Path:
+    """A data root with the scored sub-collection beside the published SciFact (MLM, APC) and NFCorpus (training)."""
+    write_sub_collection(load_dataset("scifact", data_dir), root, "scifact-judged", DISTRACTORS)
+    for name in ("scifact", "nfcorpus"):
+        (root / "beir" / name).symlink_to(load_dataset(name, data_dir).path.resolve())
+    return root
+
+
 @pytest.mark.parametrize("kind", ["splade-tiny-bpe", "modernbert"])
 def test_micro_paper_chain(kind: str, gpt2_bpe: Path, splade_tiny: Path, data_dir: Path, tmp_path: Path) -> None:
     source = bpe_source(kind, gpt2_bpe, splade_tiny, tmp_path / "source")
@@ -67,7 +81,8 @@ def test_micro_paper_chain(kind: str, gpt2_bpe: Path, splade_tiny: Path, data_di
     recipe.write_text(RECIPE.format(name=kind, source=source, target=splade_tiny))
     spec = tmp_path / "micro.yaml"
     spec.write_text(SPEC.format(name=kind, recipe=recipe))
-    code = regress(["--spec", str(spec), "--data-dir", str(data_dir), "--runs", str(tmp_path / "runs"), "--record"])
+    data = chain_data(data_dir, tmp_path / "data")
+    code = regress(["--spec", str(spec), "--data-dir", str(data), "--runs", str(tmp_path / "runs"), "--record"])
     assert code == 0 and "ndcg@10:" in spec.read_text()  # every figure ran and was recorded into the spec
 
     run = tmp_path / "runs" / "train" / "chain"
@@ -83,8 +98,10 @@ def test_micro_paper_chain(kind: str, gpt2_bpe: Path, splade_tiny: Path, data_di
     rows = json.loads((tmp_path / "runs" / "micro" / "results.json").read_text())["rows"]
     scores = {row["metric"]: row["observed"] for row in rows if row["condition"] == kind and row["kind"] == "score"}
     assert set(scores) >= {"ndcg@10", "recall@100"} and all(0 <= value <= 1 for value in scores.values())
-    if kind == "splade-tiny-bpe":  # real weights carried through the whole chain retrieve above chance
-        assert scores["recall@100"] > 0.1, scores  # a random ranking: about 0.03; 0.2186 measured here
+    if kind == "splade-tiny-bpe":  # real weights carried through the whole chain retrieve far above chance
+        # A random ranking of the 483 documents: nDCG@10 about 0.01, recall@100 about 0.21. Measured here (AVX2
+        # EPYC): 0.6417 and 0.9032; the random-weight ModernBERT through the same chain 0.4181 and 0.7569.
+        assert scores["ndcg@10"] > 0.5, scores
     # The run's report draws the chain's training loss and APC's effect from the recipe's own folder.
     figures = tmp_path / "runs" / "micro" / "figures"
     assert (figures / "training.png").is_file() and (figures / "calibration.png").is_file()
