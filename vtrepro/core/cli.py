@@ -325,7 +325,6 @@ def _error(message: str) -> None:
     write_line(f"error: {' '.join(message.split())}")
 
 
-
 def usage_error(usage: str, message: str) -> int:
     """Print ``usage`` and one ``error:`` line to stderr (a command line that names no command); exit 2."""
     print(usage, end="\n\n", file=sys.stderr)

@@ -48,13 +48,13 @@ class Progress:
             self._bar.update(count)
         elif self.enabled and time.perf_counter() - self._logged >= LOG_INTERVAL_S:
             self._logged = time.perf_counter()
-            self._print(self._interim_line())
+            write_line(self._interim_line())
 
     def close(self, failed: bool = False) -> None:
         if self._bar is not None:
             self._bar.close()
         elif self.enabled and not failed:
-            self._print(self._summary_line())
+            write_line(self._summary_line())
 
     def _rate(self) -> float:
         seconds = time.perf_counter() - self._started
@@ -76,10 +76,6 @@ class Progress:
         rate_text = f" ({rate:.1f} {self.unit}/s)" if rate > 0 else ""
         postfix = f"; {self._postfix}" if self._postfix else ""
         return f"{self.desc}: {self.done} {self.unit}{self._resumed()} in {seconds:.1f} s{rate_text}{postfix}"
-
-    @staticmethod
-    def _print(line: str) -> None:
-        write_line(line)
 
     def __enter__(self) -> Progress:
         return self
